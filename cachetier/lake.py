@@ -1,0 +1,274 @@
+"""The ``Lake`` interface: the object store lakegate fronts (Ceph RGW, MinIO, any S3, or a
+local folder), with typed arguments and results and S3-coded errors (:mod:`cachetier.errors`).
+
+Contract, for every implementation (``S3Lake``, ``DirLake``, and test twins):
+
+- Bodies stream both ways as async iterators of bytes; nothing holds a whole object in memory.
+- A write is all or nothing: if the body iterator raises (a checksum the gateway verifies at the
+  end, a client that went away), no object and no part is created or replaced.
+- ETags are returned quoted, exactly as S3 sends them (``"<md5>"``, ``"<md5>-<parts>"``).
+- Errors are ``S3Error`` subclasses with the code the lake (or S3, for DirLake) would answer;
+  an unreachable or failing lake raises ``ServiceUnavailable`` or ``SlowDown`` (503).
+- Keys are str (unicode), never URL-encoded at this level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from cachetier.conditions import Conditions
+from cachetier.ranges import ByteRange
+
+Body = AsyncIterator[bytes]
+
+# Representation headers an S3 object keeps besides Content-Type and user metadata; a PUT
+# stores them and a GET/HEAD returns them.
+STORED_HEADERS = (
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "expires",
+    "x-amz-website-redirect-location",
+)
+CHECKSUM_ALGORITHMS = ("crc32", "crc32c", "crc64nvme", "sha1", "sha256")
+CHECKSUM_HEADERS = tuple(f"x-amz-checksum-{a}" for a in CHECKSUM_ALGORITHMS)
+
+
+@dataclass(frozen=True)
+class ObjectAttributes:
+    """What a writer sets on an object: content type, user metadata (names lower-case, without
+    the ``x-amz-meta-`` prefix) and other stored headers (``STORED_HEADERS``, checksums)."""
+
+    content_type: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object's metadata, as HEAD returns it."""
+
+    bucket: str
+    key: str
+    size: int
+    etag: str
+    last_modified: datetime
+    content_type: str = "binary/octet-stream"
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    # stored representation headers and checksums, lower-case names (see STORED_HEADERS)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ObjectStream:
+    """An open GET: the object's metadata, the inclusive byte range served (None = whole
+    object) and the body. The consumer must ``aclose()`` it, read to the end or not."""
+
+    info: ObjectInfo
+    content_range: tuple[int, int] | None
+    body: Body
+
+    @property
+    def length(self) -> int:
+        if self.content_range is None:
+            return self.info.size
+        return self.content_range[1] - self.content_range[0] + 1
+
+    async def aclose(self) -> None:
+        aclose = getattr(self.body, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """The outcome of PutObject, CopyObject, UploadPart(Copy) and CompleteMultipartUpload."""
+
+    etag: str
+    last_modified: datetime | None = None
+    # e.g. x-amz-checksum-*, x-amz-version-id: returned to the client as the lake sent them
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BucketInfo:
+    name: str
+    created: datetime
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """ListObjects (v1) or ListObjectsV2 arguments; keys and prefixes are decoded str."""
+
+    prefix: str = ""
+    delimiter: str = ""
+    max_keys: int = 1000
+    v2: bool = False
+    marker: str = ""  # v1
+    start_after: str = ""  # v2
+    continuation_token: str | None = None  # v2, opaque
+
+
+@dataclass(frozen=True)
+class ListEntry:
+    key: str
+    size: int
+    etag: str
+    last_modified: datetime
+    storage_class: str = "STANDARD"
+
+
+@dataclass(frozen=True)
+class ListPage:
+    entries: list[ListEntry]
+    common_prefixes: list[str]
+    is_truncated: bool
+    next_marker: str | None = None  # v1, when truncated
+    next_continuation_token: str | None = None  # v2, when truncated
+
+
+@dataclass(frozen=True)
+class PartInfo:
+    part_number: int
+    etag: str
+    size: int
+    last_modified: datetime
+
+
+@dataclass(frozen=True)
+class PartsPage:
+    parts: list[PartInfo]
+    is_truncated: bool
+    next_part_number_marker: int | None
+    part_number_marker: int = 0
+    max_parts: int = 1000
+
+
+@dataclass(frozen=True)
+class UploadInfo:
+    key: str
+    upload_id: str
+    initiated: datetime
+
+
+@dataclass(frozen=True)
+class UploadsQuery:
+    prefix: str = ""
+    delimiter: str = ""
+    key_marker: str = ""
+    upload_id_marker: str = ""
+    max_uploads: int = 1000
+
+
+@dataclass(frozen=True)
+class UploadsPage:
+    uploads: list[UploadInfo]
+    common_prefixes: list[str]
+    is_truncated: bool
+    next_key_marker: str | None = None
+    next_upload_id_marker: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteOutcome:
+    """One key of a DeleteObjects request: deleted (code None) or the error S3 reports."""
+
+    key: str
+    code: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class CopySource:
+    bucket: str
+    key: str
+    conditions: Conditions = Conditions()  # x-amz-copy-source-if-*
+    range: ByteRange | None = None  # UploadPartCopy only
+
+
+@runtime_checkable
+class Lake(Protocol):
+    """See the module docstring for the contract every implementation keeps."""
+
+    async def list_buckets(self) -> list[BucketInfo]: ...
+
+    async def create_bucket(self, bucket: str, location: str | None = None) -> None: ...
+
+    async def head_bucket(self, bucket: str) -> None: ...
+
+    async def delete_bucket(self, bucket: str) -> None: ...
+
+    async def bucket_location(self, bucket: str) -> str: ...
+
+    async def list_objects(self, bucket: str, query: ListQuery) -> ListPage: ...
+
+    async def head_object(self, bucket: str, key: str) -> ObjectInfo: ...
+
+    async def get_object(
+        self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()
+    ) -> ObjectStream:
+        """Raises NoSuchKey, InvalidRange (416), PreconditionFailed (412), NotModified (304)."""
+        ...
+
+    async def put_object(
+        self,
+        bucket: str,
+        key: str,
+        body: Body,
+        length: int,
+        attrs: ObjectAttributes,
+        content_md5: str | None = None,
+    ) -> WriteResult:
+        """``length`` is exact; ``content_md5`` (base64), when given, is checked by the lake too."""
+        ...
+
+    async def copy_object(
+        self,
+        source: CopySource,
+        bucket: str,
+        key: str,
+        attrs: ObjectAttributes | None = None,
+    ) -> WriteResult:
+        """``attrs`` None copies the source's metadata (COPY directive), else replaces it."""
+        ...
+
+    async def delete_object(self, bucket: str, key: str) -> None: ...
+
+    async def delete_objects(self, bucket: str, keys: list[str]) -> list[DeleteOutcome]: ...
+
+    async def create_multipart_upload(self, bucket: str, key: str, attrs: ObjectAttributes) -> str: ...
+
+    async def upload_part(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        part_number: int,
+        body: Body,
+        length: int,
+        content_md5: str | None = None,
+    ) -> WriteResult: ...
+
+    async def upload_part_copy(
+        self, source: CopySource, bucket: str, key: str, upload_id: str, part_number: int
+    ) -> WriteResult: ...
+
+    async def complete_multipart_upload(
+        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
+    ) -> WriteResult:
+        """``parts`` are (part number, etag) as the client listed them."""
+        ...
+
+    async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None: ...
+
+    async def list_parts(
+        self, bucket: str, key: str, upload_id: str, max_parts: int = 1000, part_number_marker: int = 0
+    ) -> PartsPage: ...
+
+    async def list_multipart_uploads(self, bucket: str, query: UploadsQuery) -> UploadsPage: ...
+
+    async def aclose(self) -> None: ...
