@@ -1,0 +1,109 @@
+"""The ``lakegate`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pydantic import ValidationError
+
+from gateway.settings import Settings
+from gateway.tenants import TenantDirectory, TenantsFileError
+
+# flag -> settings field; flags override LAKEGATE_* environment variables
+_SERVE_FLAGS = {
+    "--listen": "listen",
+    "--lake": "lake",
+    "--lake-access-key": "lake_access_key",
+    "--lake-secret-key": "lake_secret_key",
+    "--lake-region": "lake_region",
+    "--tenants": "tenants_file",
+    "--cache-dir": "cache_dir",
+    "--tls-cert": "tls_cert",
+    "--tls-key": "tls_key",
+    "--virtual-host-suffix": "virtual_host_suffixes",
+    "--log-level": "log_level",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakegate", description="A multi-tenant caching S3 gateway for data lakes.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run one gateway node")
+    for flag, field in _SERVE_FLAGS.items():
+        serve.add_argument(flag, dest=field, default=None, help=f"overrides LAKEGATE_{field.upper()}")
+    return parser
+
+
+def _fail(message: str) -> None:
+    print(f"lakegate: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load_settings(overrides: dict[str, str]) -> Settings:
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        _fail(f"invalid settings: {problems}")
+        raise  # unreachable
+
+
+def _banner(settings: Settings, tenants: TenantDirectory) -> str:
+    scheme = "https" if settings.tls_cert else "http"
+    endpoint = f"{scheme}://{settings.listen}"
+    lines = [f"lakegate serving S3 at {endpoint}  (lake: {settings.lake if not settings.is_s3_lake else 'S3 ' + settings.lake})"]
+    demo = next((t for t in tenants.tenants if t.demo), None)
+    if demo is not None:
+        lines += [
+            f"demo tenant '{demo.name}': access key {demo.access_key}  secret key {demo.secret_key}",
+            "try:",
+            f"  export AWS_ACCESS_KEY_ID={demo.access_key} AWS_SECRET_ACCESS_KEY={demo.secret_key} AWS_DEFAULT_REGION=us-east-1",
+            f"  aws --endpoint-url {endpoint} s3 mb s3://demo-bucket",
+            f"  aws --endpoint-url {endpoint} s3 cp README.md s3://demo-bucket/",
+            f"  aws --endpoint-url {endpoint} s3 ls s3://demo-bucket/",
+            f"  python3 -c \"import boto3; s3 = boto3.client('s3', endpoint_url='{endpoint}'); "
+            "print([b['Name'] for b in s3.list_buckets()['Buckets']])\"",
+        ]
+    else:
+        lines.append(f"tenants: {', '.join(t.name for t in tenants.tenants)} (keys in {settings.tenants_file})")
+    lines.append(f"health: {endpoint}/_lakegate/health   metrics: {endpoint}/metrics")
+    return "\n".join(lines)
+
+
+def serve(settings: Settings) -> None:
+    import uvicorn
+
+    from gateway.app import LakegateApp
+
+    try:
+        tenants = TenantDirectory.load(settings.tenants_file)
+    except TenantsFileError as exc:
+        _fail(f"invalid tenants file: {exc}")
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("lakegate.access").disabled = not settings.access_log
+    app = LakegateApp(settings, tenants=tenants)
+    print(_banner(settings, tenants), flush=True)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,  # ours (lakegate.access) leaves out query strings, which may hold signatures
+        ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
+        ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
+        server_header=False,
+        timeout_keep_alive=30,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        overrides = {field: getattr(args, field) for field in _SERVE_FLAGS.values()}
+        serve(load_settings(overrides))
+
+
+if __name__ == "__main__":
+    main()

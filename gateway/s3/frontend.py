@@ -1,0 +1,132 @@
+"""The S3 front end as an ASGI app: request id, parsing, SigV4, tenant rules, dispatch to a
+handler, one place where S3 errors become XML, and the access log.
+
+A raw ASGI app rather than framework routes: S3 routes on method + query subresources, and
+this is the hot path of every request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import datetime, timedelta, timezone
+
+from prometheus_client import Counter
+
+from cachetier.lake import Lake
+from gateway.s3 import errors
+from gateway.s3.body import RequestBody
+from gateway.s3.errors import S3Error
+from gateway.s3.handlers import HANDLERS
+from gateway.s3.handlers.common import Call
+from gateway.s3.request import S3Request, from_scope
+from gateway.s3.response import Response, send
+from gateway.s3.sigv4 import SignedRequest, authenticate
+from gateway.tenants import Tenant, TenantDirectory
+
+log = logging.getLogger("lakegate.s3")
+access_log = logging.getLogger("lakegate.access")
+
+REQUESTS = Counter("lakegate_s3_requests_total", "S3 requests by operation and status", ["operation", "status"])
+ERRORS = Counter("lakegate_s3_errors_total", "S3 error responses by code", ["code"])
+
+_READ_OPERATIONS = frozenset({"GetObject", "HeadObject", "HeadBucket", "ListObjects", "ListObjectsV2"})
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class S3Frontend:
+    def __init__(
+        self,
+        lake: Lake,
+        tenants: TenantDirectory,
+        *,
+        host_suffixes: tuple[str, ...] = ("localhost",),
+        anonymous_buckets: frozenset[str] = frozenset(),
+        max_skew: timedelta = timedelta(minutes=15),
+        max_header_bytes: int = 16384,
+        clock=utcnow,  # type: ignore[no-untyped-def]
+    ) -> None:
+        self.lake = lake
+        self.tenants = tenants
+        self.host_suffixes = host_suffixes
+        self.anonymous_buckets = anonymous_buckets
+        self.max_skew = max_skew
+        self.max_header_bytes = max_header_bytes
+        self.clock = clock
+
+    async def __call__(self, scope, receive, send_) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return
+        request_id = os.urandom(8).hex().upper()
+        started = time.perf_counter()
+        req: S3Request | None = None
+        try:
+            req = from_scope(scope, self.host_suffixes)
+            resp = await self._handle(req, receive)
+        except S3Error as err:
+            resp = self._error(err, req, request_id)
+        except Exception:  # a bug: log it with the request id, answer InternalError, keep serving
+            log.exception("unhandled error in request %s", request_id)
+            resp = self._error(errors.InternalError(), req, request_id)
+        head = scope["method"] == "HEAD"
+        sent = 0
+        try:
+            sent = await send(send_, resp, request_id, head)
+        finally:
+            op = req.operation if req is not None and req.operation else "Unknown"
+            REQUESTS.labels(op, str(resp.status)).inc()
+            if access_log.isEnabledFor(logging.INFO):
+                access_log.info(
+                    '%s %s "%s %s" %d %d %.1fms %s',
+                    (scope.get("client") or ("-",))[0],
+                    req.tenant.name if req is not None and req.tenant else "-",
+                    scope["method"],
+                    scope.get("path", ""),  # never the query string: it may hold a presigned signature
+                    resp.status,
+                    sent,
+                    (time.perf_counter() - started) * 1000,
+                    request_id,
+                )
+
+    async def _handle(self, req: S3Request, receive) -> Response:  # type: ignore[no-untyped-def]
+        if sum(len(k) + len(v) + 4 for k, v in req.raw_headers) > self.max_header_bytes:
+            raise errors.RequestHeaderSectionTooLarge()
+        auth = authenticate(
+            SignedRequest(req.method, req.raw_path, req.query_string, req.raw_headers),
+            self.tenants.secret_for,
+            self.clock(),
+            max_skew=self.max_skew,
+        )
+        if auth is None:
+            req.tenant = self._anonymous(req)
+        else:
+            req.tenant = self.tenants.by_access_key(auth.access_key)
+            if req.tenant is None:  # removed between signature check and here
+                raise errors.InvalidAccessKeyId()
+        if req.bucket and not req.tenant.may_use(req.bucket):
+            raise errors.AccessDenied(resource=req.resource)
+        body = RequestBody(receive, req, auth)
+        return await HANDLERS[req.operation](Call(self.lake, req, body, req.tenant))
+
+    def _anonymous(self, req: S3Request) -> Tenant:
+        """Unsigned requests: only reads of buckets the settings open to anonymous reads."""
+        if req.bucket in self.anonymous_buckets and req.operation in _READ_OPERATIONS:
+            return Tenant(name="anonymous", access_key="", secret_key="", buckets=(req.bucket,))
+        raise errors.AccessDenied(resource=req.resource if req.bucket else None)
+
+    def _error(self, err: S3Error, req: S3Request | None, request_id: str) -> Response:
+        ERRORS.labels(err.code).inc()
+        if err.resource is None and req is not None:
+            err.resource = req.resource
+        headers = dict(err.headers)
+        if err.status == 304:
+            return Response(status=304, headers=headers)
+        headers["Content-Type"] = "application/xml"
+        body = errors.render(err, request_id)
+        if req is not None and req.method == "HEAD":
+            return Response(status=err.status, headers=headers, length=0)
+        return Response(status=err.status, headers=headers, body=body)

@@ -1,0 +1,152 @@
+"""What handlers share: the per-request context, header <-> attribute mapping, argument parsing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from cachetier.conditions import Conditions, parse_http_date
+from cachetier.lake import CHECKSUM_HEADERS, STORED_HEADERS, CopySource, Lake, ObjectAttributes, ObjectInfo
+from gateway.s3.body import RequestBody
+from gateway.s3.errors import AccessDenied, InvalidArgument, InvalidBucketName, KeyTooLongError, NotImplemented
+from gateway.s3.request import S3Request
+from gateway.s3.response import Response, http_date
+from gateway.tenants import Tenant
+
+
+@dataclass
+class Call:
+    """One S3 call as a handler sees it."""
+
+    lake: Lake
+    req: S3Request
+    body: RequestBody
+    tenant: Tenant
+
+    @property
+    def bucket(self) -> str:
+        return self.req.bucket
+
+    @property
+    def key(self) -> str:
+        return self.req.key
+
+
+Handler = Callable[[Call], Awaitable[Response]]
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_IP = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+
+
+def check_bucket_name(name: str) -> None:
+    if not _BUCKET.match(name) or ".." in name or _IP.match(name) or ".-" in name or "-." in name:
+        raise InvalidBucketName(resource=f"/{name}")
+
+
+def check_key(key: str) -> None:
+    if len(key.encode()) > 1024:
+        raise KeyTooLongError()
+
+
+def int_arg(q: dict[str, str], name: str, default: int, lo: int = 0, hi: int | None = None) -> int:
+    raw = q.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.lstrip("-").isdigit():
+        raise InvalidArgument(f"{name} must be an integer")
+    value = int(raw)
+    if value < lo:
+        raise InvalidArgument(f"{name} must be at least {lo}")
+    return min(value, hi) if hi is not None else value
+
+
+def url_encoding(q: dict[str, str]) -> bool:
+    enc = q.get("encoding-type")
+    if enc is None:
+        return False
+    if enc.lower() != "url":
+        raise InvalidArgument("Invalid Encoding Method specified in Request")
+    return True
+
+
+def attributes(headers: dict[str, str], *, with_checksums: bool = False) -> ObjectAttributes:
+    """What a PUT / CreateMultipartUpload / REPLACE copy sets on the object. With checksums, the
+    x-amz-checksum-* headers are included (``RequestBody.payload`` verifies them and adds
+    trailing ones to the same dict when the body ends)."""
+    meta = {k[11:]: v for k, v in headers.items() if k.startswith("x-amz-meta-")}
+    stored = {k: headers[k] for k in STORED_HEADERS if k in headers}
+    # the aws-chunked content-coding belongs to the transfer, not to the object
+    enc = stored.get("content-encoding")
+    if enc is not None:
+        kept = [e for e in (p.strip() for p in enc.split(",")) if e and e.lower() != "aws-chunked"]
+        if kept:
+            stored["content-encoding"] = ",".join(kept)
+        else:
+            del stored["content-encoding"]
+    if with_checksums:
+        stored.update((k, headers[k]) for k in CHECKSUM_HEADERS if k in headers)
+    return ObjectAttributes(
+        content_type=headers.get("content-type"),
+        metadata=meta,
+        headers=stored,
+    )
+
+
+def object_headers(info: ObjectInfo, req: S3Request, *, whole: bool) -> dict[str, str]:
+    """Response headers describing an object, as S3 sends them on GET and HEAD."""
+    h = {
+        "Last-Modified": http_date(info.last_modified),
+        "ETag": info.etag,
+        "Content-Type": info.content_type,
+        "Accept-Ranges": "bytes",
+    }
+    checksum_mode = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
+    for name, value in info.headers.items():
+        if name in CHECKSUM_HEADERS and not (checksum_mode and whole):
+            continue
+        h[name] = value
+    for name, value in info.metadata.items():
+        h[f"x-amz-meta-{name}"] = value
+    for param, header in _OVERRIDES.items():
+        if param in req.query:
+            h[header] = req.query[param]
+    return h
+
+
+_OVERRIDES = {
+    "response-content-type": "Content-Type",
+    "response-content-language": "Content-Language",
+    "response-expires": "Expires",
+    "response-cache-control": "Cache-Control",
+    "response-content-disposition": "Content-Disposition",
+    "response-content-encoding": "Content-Encoding",
+}
+
+
+def copy_source(call: Call, *, with_range: bool) -> CopySource:
+    from cachetier.ranges import ByteRange
+
+    raw = call.req.headers["x-amz-copy-source"]
+    path, _, version = raw.partition("?")
+    if version:
+        raise NotImplemented("lakegate does not support versioned copy sources")
+    bucket, _, key = unquote(path).lstrip("/").partition("/")
+    if not bucket or not key:
+        raise InvalidArgument("Copy Source must mention the source bucket and key: sourcebucket/sourcekey")
+    if not call.tenant.may_use(bucket):
+        raise AccessDenied(resource=f"/{bucket}/{key}")
+    h = call.req.headers
+    cond = Conditions(
+        if_match=h.get("x-amz-copy-source-if-match"),
+        if_none_match=h.get("x-amz-copy-source-if-none-match"),
+        if_modified_since=parse_http_date(h.get("x-amz-copy-source-if-modified-since")),
+        if_unmodified_since=parse_http_date(h.get("x-amz-copy-source-if-unmodified-since")),
+    )
+    rng = None
+    if with_range and "x-amz-copy-source-range" in h:
+        rng = ByteRange.parse(h["x-amz-copy-source-range"])
+        if rng is None or rng.suffix is not None or rng.last is None:
+            raise InvalidArgument("The x-amz-copy-source-range value must be of the form bytes=first-last")
+    return CopySource(bucket=bucket, key=key, conditions=cond, range=rng)

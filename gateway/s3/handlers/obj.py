@@ -1,0 +1,73 @@
+"""Object operations: head, get, put, copy, delete."""
+
+from __future__ import annotations
+
+from cachetier.conditions import Conditions
+from cachetier.ranges import ByteRange
+from gateway.s3 import xml
+from gateway.s3.errors import InvalidArgument, InvalidRequest, NotImplemented
+from gateway.s3.handlers.common import Call, attributes, check_key, copy_source, object_headers
+from gateway.s3.response import Response
+
+
+def _no_part_number(call: Call) -> None:
+    if "partNumber" in call.req.query:
+        raise NotImplemented("lakegate does not support reading an object by part number")
+
+
+async def head_object(call: Call) -> Response:
+    _no_part_number(call)
+    info = await call.lake.head_object(call.bucket, call.key)
+    Conditions.from_headers(call.req.headers.get).check(info.etag, info.last_modified)
+    rng = ByteRange.parse(call.req.headers.get("range"))
+    headers = object_headers(info, call.req, whole=rng is None)
+    if rng is None:
+        return Response(headers=headers, length=info.size)
+    start, end = rng.resolve(info.size)
+    headers["Content-Range"] = f"bytes {start}-{end}/{info.size}"
+    return Response(status=206, headers=headers, length=end - start + 1)
+
+
+async def get_object(call: Call) -> Response:
+    _no_part_number(call)
+    rng = ByteRange.parse(call.req.headers.get("range"))
+    stream = await call.lake.get_object(
+        call.bucket, call.key, rng, Conditions.from_headers(call.req.headers.get)
+    )
+    headers = object_headers(stream.info, call.req, whole=stream.content_range is None)
+    if stream.content_range is None:
+        return Response(headers=headers, stream=stream)
+    start, end = stream.content_range
+    headers["Content-Range"] = f"bytes {start}-{end}/{stream.info.size}"
+    return Response(status=206, headers=headers, stream=stream)
+
+
+async def put_object(call: Call) -> Response:
+    check_key(call.key)
+    attrs = attributes(call.req.headers, with_checksums=True)
+    payload, length = call.body.payload(stored=attrs.headers)  # type: ignore[arg-type]
+    result = await call.lake.put_object(
+        call.bucket, call.key, payload, length, attrs, content_md5=call.req.headers.get("content-md5")
+    )
+    return Response(headers={"ETag": result.etag, **result.headers})
+
+
+async def copy_object(call: Call) -> Response:
+    check_key(call.key)
+    source = copy_source(call, with_range=False)
+    directive = call.req.headers.get("x-amz-metadata-directive", "COPY").upper()
+    if directive not in ("COPY", "REPLACE"):
+        raise InvalidArgument("Unknown metadata directive.")
+    attrs = attributes(call.req.headers) if directive == "REPLACE" else None
+    if attrs is None and (source.bucket, source.key) == (call.bucket, call.key):
+        raise InvalidRequest(
+            "This copy request is illegal because it is trying to copy an object to itself without "
+            "changing the object's metadata, storage class, website redirect location or encryption attributes."
+        )
+    result = await call.lake.copy_object(source, call.bucket, call.key, attrs)
+    return Response.xml(xml.copy_result("CopyObjectResult", result.etag, result.last_modified))
+
+
+async def delete_object(call: Call) -> Response:
+    await call.lake.delete_object(call.bucket, call.key)
+    return Response(status=204)

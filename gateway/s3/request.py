@@ -1,0 +1,128 @@
+"""An incoming S3 request, read from the ASGI scope: bucket and key (path-style or
+virtual-host-style), query, headers, and the S3 operation it names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, unquote
+
+from gateway.tenants import Tenant
+from gateway.s3.errors import InvalidURI, MethodNotAllowed, NotImplemented
+
+# Subresources lakegate does not implement; S3 names them in the query string.
+_UNSUPPORTED = frozenset(
+    "acl policy cors lifecycle versioning tagging website logging notification replication "
+    "encryption object-lock retention legal-hold torrent restore select accelerate analytics "
+    "inventory metrics requestPayment ownershipControls publicAccessBlock intelligent-tiering "
+    "policyStatus attributes versions".split()
+)
+
+
+@dataclass
+class S3Request:
+    method: str
+    bucket: str
+    key: str
+    query: dict[str, str]
+    headers: dict[str, str]  # lower-case names; repeated headers joined with ","
+    raw_headers: list[tuple[str, str]]
+    raw_path: bytes
+    query_string: bytes
+    operation: str = ""
+    tenant: Tenant | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def resource(self) -> str:
+        if not self.bucket:
+            return "/"
+        return f"/{self.bucket}/{self.key}" if self.key else f"/{self.bucket}"
+
+
+def from_scope(scope: dict, host_suffixes: tuple[str, ...]) -> S3Request:
+    raw_headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
+    headers: dict[str, str] = {}
+    for k, v in raw_headers:
+        headers[k] = f"{headers[k]},{v}" if k in headers else v
+    raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+    query_string: bytes = scope.get("query_string", b"")
+    try:
+        path = unquote(raw_path.decode("ascii"), errors="strict")
+        query = dict(parse_qsl(query_string.decode("ascii"), keep_blank_values=True, errors="strict"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidURI() from exc
+    bucket = _bucket_from_host(headers.get("host", ""), host_suffixes)
+    if bucket is not None:
+        key = path[1:]
+    else:
+        bucket, _, key = path[1:].partition("/")
+    req = S3Request(
+        method=scope["method"],
+        bucket=bucket,
+        key=key,
+        query=query,
+        headers=headers,
+        raw_headers=raw_headers,
+        raw_path=raw_path,
+        query_string=query_string,
+    )
+    req.operation = operation(req)
+    return req
+
+
+def _bucket_from_host(host: str, suffixes: tuple[str, ...]) -> str | None:
+    """``bucket.suffix[:port]`` -> bucket, for virtual-host-style requests."""
+    name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else ""
+    for suffix in suffixes:
+        if name.endswith("." + suffix):
+            return name[: -len(suffix) - 1]
+    return None
+
+
+def operation(req: S3Request) -> str:
+    """The S3 operation a request names, as in the S3 API reference."""
+    q, m = req.query, req.method
+    if not req.bucket:
+        if m in ("GET", "HEAD"):
+            return "ListBuckets"
+        raise MethodNotAllowed(resource="/")
+    if _UNSUPPORTED & q.keys():
+        raise NotImplemented(f"lakegate does not implement the {sorted(_UNSUPPORTED & q.keys())[0]} subresource")
+    if not req.key:
+        return _bucket_operation(m, q)
+    return _object_operation(m, q, "x-amz-copy-source" in req.headers)
+
+
+def _bucket_operation(m: str, q: dict[str, str]) -> str:
+    if m == "GET":
+        if "location" in q:
+            return "GetBucketLocation"
+        if "uploads" in q:
+            return "ListMultipartUploads"
+        return "ListObjectsV2" if q.get("list-type") == "2" else "ListObjects"
+    if m == "POST" and "delete" in q:
+        return "DeleteObjects"
+    table = {"PUT": "CreateBucket", "HEAD": "HeadBucket", "DELETE": "DeleteBucket"}
+    if m in table:
+        return table[m]
+    raise MethodNotAllowed()
+
+
+def _object_operation(m: str, q: dict[str, str], copy: bool) -> str:
+    part = "uploadId" in q and "partNumber" in q
+    if m == "PUT":
+        if part:
+            return "UploadPartCopy" if copy else "UploadPart"
+        return "CopyObject" if copy else "PutObject"
+    if m == "GET":
+        return "ListParts" if "uploadId" in q else "GetObject"
+    if m == "HEAD":
+        return "HeadObject"
+    if m == "POST":
+        if "uploads" in q:
+            return "CreateMultipartUpload"
+        if "uploadId" in q:
+            return "CompleteMultipartUpload"
+    if m == "DELETE":
+        return "AbortMultipartUpload" if "uploadId" in q else "DeleteObject"
+    raise MethodNotAllowed()

@@ -1,0 +1,60 @@
+"""What a handler returns, and sending it over ASGI (headers, bytes or a streamed object)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from email.utils import format_datetime
+from datetime import datetime
+
+from cachetier.lake import ObjectStream
+
+
+def http_date(dt: datetime) -> str:
+    return format_datetime(dt, usegmt=True)
+
+
+@dataclass
+class Response:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    stream: ObjectStream | None = None  # streamed instead of body
+    length: int | None = None  # Content-Length when it is not len(body), e.g. for HEAD
+
+    @classmethod
+    def xml(cls, body: bytes, status: int = 200) -> Response:
+        return cls(status=status, headers={"Content-Type": "application/xml"}, body=body)
+
+
+async def send(send, resp: Response, request_id: str, head: bool) -> int:  # type: ignore[no-untyped-def]
+    """Send ``resp``; returns body bytes sent. Once the first body byte is out, a failure can
+    only abort the connection (raised to the server), never turn into an error document."""
+    length = resp.length
+    if length is None:
+        length = resp.stream.length if resp.stream is not None else len(resp.body)
+    headers = [(b"x-amz-request-id", request_id.encode()), (b"x-amz-id-2", request_id.encode())]
+    headers += [(k.lower().encode("latin-1"), v.encode("latin-1", "replace")) for k, v in resp.headers.items()]
+    if resp.status not in (204, 304) and not (resp.status < 200):
+        headers.append((b"content-length", str(length).encode()))
+    await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+    if head or resp.status in (204, 304):
+        if resp.stream is not None:
+            await resp.stream.aclose()
+        await send({"type": "http.response.body", "body": b""})
+        return 0
+    if resp.stream is None:
+        await send({"type": "http.response.body", "body": resp.body})
+        return len(resp.body)
+    sent = 0
+    try:
+        async for chunk in resp.stream.body:
+            if chunk:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                sent += len(chunk)
+    finally:
+        await resp.stream.aclose()
+    if sent != length:
+        # the lake ended early: the client must see a broken response, not a short "success"
+        raise ConnectionError(f"lake body ended after {sent} of {length} bytes")
+    await send({"type": "http.response.body", "body": b""})
+    return sent

@@ -1,0 +1,98 @@
+"""Tenants: who may call lakegate, with which keys, weight and buckets.
+
+The tenants file is TOML, one table per tenant::
+
+    [[tenant]]
+    name = "analytics"
+    access_key = "AKIDANALYTICS0000001"
+    secret_key = "..."
+    weight = 2.0                 # share of the node (default 1.0)
+    buckets = ["lake-*", "tmp"]  # allowed bucket names or globs (default: all)
+    demo = false                 # true: `lakegate serve` prints this tenant's secret at start
+
+The gateway talks to the lake with its own credentials; tenants never see them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class TenantsFileError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    access_key: str
+    secret_key: str
+    weight: float = 1.0
+    buckets: tuple[str, ...] = ("*",)
+    demo: bool = False
+
+    def may_use(self, bucket: str) -> bool:
+        return any(fnmatch.fnmatchcase(bucket, pattern) for pattern in self.buckets)
+
+    def __repr__(self) -> str:  # never show the secret in logs or tracebacks
+        return f"Tenant(name={self.name!r}, access_key={self.access_key!r}, weight={self.weight})"
+
+
+class TenantDirectory:
+    """Tenants by access key."""
+
+    def __init__(self, tenants: list[Tenant]) -> None:
+        self._by_key = {t.access_key: t for t in tenants}
+        self.tenants = tenants
+
+    @classmethod
+    def load(cls, path: Path) -> TenantDirectory:
+        try:
+            doc = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise TenantsFileError(f"{path}: {exc}") from exc
+        rows = doc.get("tenant")
+        if not isinstance(rows, list) or not rows:
+            raise TenantsFileError(f"{path}: no [[tenant]] tables")
+        tenants = [_parse(path, i, row) for i, row in enumerate(rows)]
+        for attr in ("name", "access_key"):
+            values = [getattr(t, attr) for t in tenants]
+            if len(set(values)) != len(values):
+                raise TenantsFileError(f"{path}: duplicate tenant {attr}")
+        return cls(tenants)
+
+    def by_access_key(self, access_key: str) -> Tenant | None:
+        return self._by_key.get(access_key)
+
+    def secret_for(self, access_key: str) -> str | None:
+        tenant = self._by_key.get(access_key)
+        return tenant.secret_key if tenant else None
+
+
+def _parse(path: Path, index: int, row: object) -> Tenant:
+    where = f"{path}: tenant #{index + 1}"
+    if not isinstance(row, dict):
+        raise TenantsFileError(f"{where}: not a table")
+    unknown = set(row) - {"name", "access_key", "secret_key", "weight", "buckets", "demo"}
+    if unknown:
+        raise TenantsFileError(f"{where}: unknown keys {sorted(unknown)}")
+    for key in ("name", "access_key", "secret_key"):
+        if not isinstance(row.get(key), str) or not row[key]:
+            raise TenantsFileError(f"{where}: {key} must be a non-empty string")
+    weight = row.get("weight", 1.0)
+    if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight <= 0:
+        raise TenantsFileError(f"{where}: weight must be a positive number")
+    buckets = row.get("buckets", ["*"])
+    if not isinstance(buckets, list) or not buckets or not all(isinstance(b, str) and b for b in buckets):
+        raise TenantsFileError(f"{where}: buckets must be a non-empty list of names or globs")
+    return Tenant(
+        name=row["name"],
+        access_key=row["access_key"],
+        secret_key=row["secret_key"],
+        weight=float(weight),
+        buckets=tuple(buckets),
+        demo=bool(row.get("demo", False)),
+    )

@@ -1,0 +1,66 @@
+"""XML rendering and request-body parsing."""
+
+from datetime import datetime, timezone
+
+import pytest
+from defusedxml import ElementTree as ET
+
+from cachetier.errors import NoSuchKey
+from cachetier.lake import ListEntry, ListPage, ListQuery
+from gateway.s3 import xml
+from gateway.s3.errors import MalformedXML, render
+
+T = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+
+
+def test_error_document():
+    doc = ET.fromstring(render(NoSuchKey(resource="/b/<k>"), "REQ1"))
+    assert doc.tag == "Error"
+    assert doc.findtext("Code") == "NoSuchKey"
+    assert doc.findtext("Resource") == "/b/<k>"
+    assert doc.findtext("RequestId") == "REQ1"
+
+
+def test_list_v2_url_encoding_and_escaping():
+    page = ListPage(entries=[ListEntry("a b+&<c>", 3, '"e"', T)], common_prefixes=["p/"], is_truncated=True,
+                    next_continuation_token="tok")
+    body = xml.list_objects("bkt", ListQuery(v2=True, delimiter="/", max_keys=2), page, url_encode=True, owner=None)
+    doc = ET.fromstring(body)
+    assert doc.findtext(f"{NS}Contents/{NS}Key") == "a%20b%2B%26%3Cc%3E"
+    assert doc.findtext(f"{NS}KeyCount") == "2"
+    assert doc.findtext(f"{NS}NextContinuationToken") == "tok"
+    assert doc.findtext(f"{NS}Contents/{NS}LastModified") == "2026-01-02T03:04:05.678Z"
+    body = xml.list_objects("bkt", ListQuery(v2=True), page, url_encode=False, owner=None)
+    assert ET.fromstring(body).findtext(f"{NS}Contents/{NS}Key") == "a b+&<c>"
+
+
+def test_parse_complete():
+    body = b"""<CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+      <Part><PartNumber>1</PartNumber><ETag>"a"</ETag></Part>
+      <Part><ETag>"b"</ETag><PartNumber>2</PartNumber></Part></CompleteMultipartUpload>"""
+    assert xml.parse_complete_multipart(body) == [(1, '"a"'), (2, '"b"')]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"<CompleteMultipartUpload>",
+        b"<Other/>",
+        b"<CompleteMultipartUpload></CompleteMultipartUpload>",
+        b"<CompleteMultipartUpload><Part><PartNumber>x</PartNumber><ETag>e</ETag></Part></CompleteMultipartUpload>",
+        b'<!DOCTYPE x [<!ENTITY a "aaaa">]><CompleteMultipartUpload>&a;</CompleteMultipartUpload>',
+    ],
+)
+def test_malformed_complete(body):
+    with pytest.raises(MalformedXML):
+        xml.parse_complete_multipart(body)
+
+
+def test_parse_delete():
+    keys, quiet = xml.parse_delete(b"<Delete><Quiet>true</Quiet><Object><Key>a</Key></Object>"
+                                   b"<Object><Key>b &amp; c</Key></Object></Delete>")
+    assert keys == ["a", "b & c"] and quiet
+    with pytest.raises(MalformedXML):
+        xml.parse_delete(b"<Delete><Object><Nope/></Object></Delete>")
