@@ -66,5 +66,7 @@ class Conditions:
                 if for_read:
                     raise NotModified(headers={"ETag": etag})
                 raise PreconditionFailed()
-        elif self.if_modified_since is not None and lm <= self.if_modified_since and for_read:
-            raise NotModified(headers={"ETag": etag})
+        elif self.if_modified_since is not None and lm <= self.if_modified_since:
+            if for_read:
+                raise NotModified(headers={"ETag": etag})
+            raise PreconditionFailed()

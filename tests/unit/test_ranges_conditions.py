@@ -83,3 +83,8 @@ def test_precedence():
     Conditions(if_match=ETAG, if_unmodified_since=NOW - timedelta(days=1)).check(ETAG, NOW)
     # If-None-Match false (etag differs) wins over If-Modified-Since saying "not modified"
     Conditions(if_none_match='"x"', if_modified_since=NOW).check(ETAG, NOW)
+
+
+def test_copy_source_conditions_fail_with_412():
+    with pytest.raises(PreconditionFailed):
+        Conditions(if_modified_since=NOW).check(ETAG, NOW, for_read=False)

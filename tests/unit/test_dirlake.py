@@ -1,0 +1,750 @@
+"""DirLake: the embedded lake answers as S3 would (errors, listing, multipart, ETags) and keeps
+its writes all-or-nothing. Sync tests drive the async API with asyncio.run."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import bisect
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cachetier.conditions import Conditions
+from cachetier.dirlake import MIN_PART_SIZE, DirLake, valid_bucket_name
+from cachetier.dirlake_listing import decode_token, encode_token, list_objects_page, prefix_end
+from cachetier.errors import (
+    BadDigest,
+    BucketAlreadyOwnedByYou,
+    BucketNotEmpty,
+    EntityTooSmall,
+    IncompleteBody,
+    InvalidArgument,
+    InvalidBucketName,
+    InvalidDigest,
+    InvalidPart,
+    InvalidPartOrder,
+    InvalidRange,
+    InvalidRequest,
+    KeyTooLongError,
+    NoSuchBucket,
+    NoSuchKey,
+    NoSuchUpload,
+    NotModified,
+    PreconditionFailed,
+)
+from cachetier.lake import (
+    CopySource,
+    Lake,
+    ListEntry,
+    ListPage,
+    ListQuery,
+    ObjectAttributes,
+    UploadsQuery,
+)
+from cachetier.ranges import ByteRange
+
+T = TypeVar("T")
+B = "bkt"
+
+
+def run(fn: Callable[[DirLake], Awaitable[T]], root: Path) -> T:
+    """Run ``fn(lake)`` on a fresh DirLake over ``root`` (with bucket B), then close it."""
+
+    async def main() -> T:
+        lake = DirLake(root)
+        try:
+            if not (root / B).exists():
+                await lake.create_bucket(B)
+            return await fn(lake)
+        finally:
+            await lake.aclose()
+
+    return asyncio.run(main())
+
+
+async def chunks(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+async def put(lake: DirLake, key: str, data: bytes = b"x", bucket: str = B, **attrs: Any) -> str:
+    result = await lake.put_object(bucket, key, chunks(data), len(data), ObjectAttributes(**attrs))
+    return result.etag
+
+
+async def read(lake: DirLake, key: str, bucket: str = B, **kw: Any) -> bytes:
+    stream = await lake.get_object(bucket, key, **kw)
+    try:
+        return b"".join([c async for c in stream.body])
+    finally:
+        await stream.aclose()
+
+
+def md5_etag(data: bytes) -> str:
+    return f'"{hashlib.md5(data).hexdigest()}"'
+
+
+def b64md5(data: bytes) -> str:
+    return base64.b64encode(hashlib.md5(data).digest()).decode()
+
+
+def leftovers(root: Path) -> list[str]:
+    return os.listdir(root / ".tmp")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "lake"
+
+
+# -- protocol, buckets ----------------------------------------------------------------------
+
+
+def test_conforms_to_the_lake_protocol(root: Path) -> None:
+    assert isinstance(DirLake(root), Lake)
+    assert (root / ".tmp").is_dir() and (root / ".uploads").is_dir()
+
+
+def test_bucket_lifecycle(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        await lake.create_bucket("zeta.b-1")
+        await lake.create_bucket("alpha", location="eu-west-1")
+        buckets = await lake.list_buckets()
+        assert [b.name for b in buckets] == ["alpha", B, "zeta.b-1"]
+        assert all(b.created.tzinfo is not None for b in buckets)
+        assert await lake.bucket_location(B) == ""
+        assert await lake.bucket_location("alpha") == "eu-west-1"
+        await lake.head_bucket("alpha")
+        with pytest.raises(BucketAlreadyOwnedByYou) as err:
+            await lake.create_bucket("alpha")
+        assert err.value.status == 409
+        await put(lake, "k", bucket="alpha")
+        with pytest.raises(BucketNotEmpty):
+            await lake.delete_bucket("alpha")
+        await lake.delete_object("alpha", "k")
+        await lake.delete_bucket("alpha")
+        for call in (lake.head_bucket, lake.delete_bucket, lake.bucket_location):
+            with pytest.raises(NoSuchBucket):
+                await call("alpha")
+        with pytest.raises(NoSuchBucket):
+            await lake.head_object("alpha", "k")
+        assert [b.name for b in await lake.list_buckets()] == [B, "zeta.b-1"]
+
+    run(scenario, root)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["ab", "a" * 64, "Upper", "-ab", "ab-", ".uploads", ".tmp", "a..b", "192.168.1.1", "a_b", "a/b", "../x", "ab\n"],
+)
+def test_invalid_bucket_names(root: Path, name: str) -> None:
+    async def scenario(lake: DirLake) -> None:
+        with pytest.raises(InvalidBucketName):
+            await lake.create_bucket(name)
+        with pytest.raises(NoSuchBucket):  # elsewhere such a name is simply no bucket
+            await lake.head_bucket(name)
+
+    run(scenario, root)
+    assert not valid_bucket_name(name)
+    assert sorted(os.listdir(root)) == [".tmp", ".uploads", B]
+
+
+def test_delete_bucket_drops_its_uploads(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        await lake.create_multipart_upload(B, "k", ObjectAttributes())
+        await lake.delete_bucket(B)  # S3 counts only objects
+        await lake.create_bucket(B)
+        assert (await lake.list_multipart_uploads(B, UploadsQuery())).uploads == []
+        assert os.listdir(root / ".uploads") == []
+
+    run(scenario, root)
+
+
+# -- objects ----------------------------------------------------------------------------------
+
+
+def test_put_get_head_round_trip(root: Path) -> None:
+    data = os.urandom(3 * (1 << 20) + 5)
+    headers = {"cache-control": "no-cache", "x-amz-checksum-crc32": "AAAAAA=="}
+
+    async def scenario(lake: DirLake) -> None:
+        result = await lake.put_object(
+            B, "dir/obj", chunks(data[:10], data[10:]), len(data),
+            ObjectAttributes("text/plain", {"color": "blue"}, headers), content_md5=b64md5(data),
+        )  # fmt: skip
+        assert result.etag == md5_etag(data)
+        assert result.headers == {"x-amz-checksum-crc32": "AAAAAA=="}
+        info = await lake.head_object(B, "dir/obj")
+        assert (info.size, info.etag, info.content_type) == (len(data), md5_etag(data), "text/plain")
+        assert info.metadata == {"color": "blue"} and info.headers == headers
+        assert info.last_modified == result.last_modified
+        assert info.last_modified.tzinfo is not None and info.last_modified.microsecond == 0
+        stream = await lake.get_object(B, "dir/obj")
+        got = [c async for c in stream.body]
+        await stream.aclose()
+        assert b"".join(got) == data and max(map(len, got)) <= 1 << 20
+        assert stream.content_range is None and stream.length == len(data)
+
+    run(scenario, root)
+
+
+def test_empty_object_and_default_content_type(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        assert await put(lake, "empty", b"") == md5_etag(b"")
+        info = await lake.head_object(B, "empty")
+        assert (info.size, info.content_type) == (0, "binary/octet-stream")
+        assert await read(lake, "empty") == b""
+        with pytest.raises(InvalidRange):
+            await lake.get_object(B, "empty", ByteRange(0))
+
+    run(scenario, root)
+
+
+def test_missing_objects_and_buckets(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        with pytest.raises(NoSuchKey):
+            await lake.head_object(B, "nope")
+        with pytest.raises(NoSuchKey):
+            await lake.get_object(B, "nope")
+        with pytest.raises(NoSuchBucket):
+            await lake.get_object("nobucket", "k")
+        with pytest.raises(NoSuchBucket):
+            await put(lake, "k", bucket="nobucket")
+
+    run(scenario, root)
+
+
+STRANGE_KEYS = [
+    "a", "a/", "a/b", "a//b", "//", "with space", "plus+sign", "per%25cent", "eq=ual", "ünïcødé/ключ",
+    "emoji\U0001f600", "../../etc/passwd", "/abs", "a/../../b", "..", ".", "~", ".tmp", ".uploads/x",
+]  # fmt: skip
+
+
+def test_strange_keys_coexist_and_list_back_exactly(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        for i, key in enumerate(STRANGE_KEYS):
+            await put(lake, key, str(i).encode())
+        for i, key in enumerate(STRANGE_KEYS):
+            assert await read(lake, key) == str(i).encode()
+        page = await lake.list_objects(B, ListQuery())
+        assert [e.key for e in page.entries] == sorted(STRANGE_KEYS, key=lambda k: k.encode())
+
+    run(scenario, root)
+    # nothing outside root; inside, only the layout
+    assert os.listdir(root.parent) == ["lake"]
+    assert sorted(os.listdir(root)) == [".tmp", ".uploads", B]
+    assert sorted(os.listdir(root / B)) == ["bucket.json", "data", "index.sqlite3"]
+    assert not (root / "etc").exists() and not Path("/abs").exists()
+
+
+def test_invalid_keys_create_nothing(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        with pytest.raises(InvalidArgument):
+            await put(lake, "nul\x00/../../x")
+        for bad in ("", "lone surrogate \ud800"):
+            with pytest.raises(InvalidArgument):
+                await put(lake, bad)
+        with pytest.raises(KeyTooLongError):
+            await put(lake, "é" * 513)  # 1026 bytes
+        await put(lake, "é" * 512)  # exactly 1024 bytes
+        with pytest.raises(KeyTooLongError):
+            await lake.head_object(B, "k" * 1025)
+
+    run(scenario, root)
+    assert os.listdir(root.parent) == ["lake"] and leftovers(root) == []
+
+
+def test_content_md5(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        data = b"hello"
+        attrs = ObjectAttributes()
+        with pytest.raises(BadDigest):
+            await lake.put_object(B, "k", chunks(data), 5, attrs, content_md5=b64md5(b"other"))
+        for bad in ("not base64!", base64.b64encode(b"short").decode()):
+            with pytest.raises(InvalidDigest):
+                await lake.put_object(B, "k", chunks(data), 5, attrs, content_md5=bad)
+        with pytest.raises(NoSuchKey):
+            await lake.head_object(B, "k")
+        await lake.put_object(B, "k", chunks(data), 5, attrs, content_md5=b64md5(data))
+
+    run(scenario, root)
+    assert leftovers(root) == []
+
+
+def test_failed_body_creates_and_replaces_nothing(root: Path) -> None:
+    class ClientGone(Exception):
+        pass
+
+    async def failing() -> AsyncIterator[bytes]:
+        yield b"n" * (2 << 20)  # past one write batch, so bytes did reach the temp file
+        raise ClientGone
+
+    async def scenario(lake: DirLake) -> None:
+        etag = await put(lake, "kept", b"old")
+        for key in ("kept", "new"):
+            with pytest.raises(ClientGone):
+                await lake.put_object(B, key, failing(), 4 << 20, ObjectAttributes())
+        with pytest.raises(IncompleteBody):
+            await lake.put_object(B, "kept", chunks(b"short"), 10, ObjectAttributes())
+        assert await read(lake, "kept") == b"old"
+        assert (await lake.head_object(B, "kept")).etag == etag
+        with pytest.raises(NoSuchKey):
+            await lake.head_object(B, "new")
+        assert lake.check() == []
+
+    run(scenario, root)
+    assert leftovers(root) == []
+    assert len(list((root / B / "data").glob("*/*"))) == 1  # the old object's file only
+
+
+def test_ranges_and_conditions(root: Path) -> None:
+    data = bytes(range(100))
+    later = datetime.now(UTC) + timedelta(days=1)
+    earlier = datetime.now(UTC) - timedelta(days=1)
+
+    async def scenario(lake: DirLake) -> None:
+        etag = await put(lake, "k", data)
+        for rng, want in [(ByteRange(10, 19), data[10:20]), (ByteRange(90), data[90:]),
+                          (ByteRange(None, suffix=5), data[-5:]), (ByteRange(95, 500), data[95:])]:  # fmt: skip
+            assert await read(lake, "k", range=rng) == want
+        stream = await lake.get_object(B, "k", ByteRange(10, 19))
+        assert stream.content_range == (10, 19) and stream.length == 10
+        await stream.aclose()  # never iterated: the file is closed all the same
+        with pytest.raises(InvalidRange) as err:
+            await lake.get_object(B, "k", ByteRange(100))
+        assert err.value.headers == {"Content-Range": "bytes */100"} and err.value.status == 416
+        assert await read(lake, "k", conditions=Conditions(if_match=etag)) == data
+        with pytest.raises(PreconditionFailed):
+            await lake.get_object(B, "k", conditions=Conditions(if_match='"other"'))
+        with pytest.raises(PreconditionFailed):
+            await lake.get_object(B, "k", conditions=Conditions(if_unmodified_since=earlier))
+        with pytest.raises(NotModified):
+            await lake.get_object(B, "k", conditions=Conditions(if_none_match=etag))
+        with pytest.raises(NotModified):
+            await lake.get_object(B, "k", conditions=Conditions(if_modified_since=later))
+        with pytest.raises(PreconditionFailed):  # conditions are checked before the range
+            await lake.get_object(B, "k", ByteRange(500), Conditions(if_match='"other"'))
+
+    run(scenario, root)
+
+
+def test_overwrite_during_read_serves_the_old_bytes(root: Path) -> None:
+    old, new = b"o" * (3 << 20), b"n" * (3 << 20)
+
+    async def scenario(lake: DirLake) -> None:
+        await put(lake, "k", old)
+        stream = await lake.get_object(B, "k")
+        first = await stream.body.__anext__()
+        await put(lake, "k", new)
+        rest = [c async for c in stream.body]
+        await stream.aclose()
+        assert first + b"".join(rest) == old
+        assert await read(lake, "k") == new
+
+    run(scenario, root)
+
+
+def test_reopen_keeps_objects(root: Path) -> None:
+    run(lambda lake: put(lake, "k", b"durable"), root)
+    assert run(lambda lake: read(lake, "k"), root) == b"durable"
+
+
+# -- copy, delete -----------------------------------------------------------------------------
+
+
+def test_copy_object(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        etag = await put(lake, "src", b"data", content_type="text/a", metadata={"m": "1"},
+                         headers={"x-amz-checksum-sha256": "abc", "content-language": "fr"})  # fmt: skip
+        result = await lake.copy_object(CopySource(B, "src"), B, "same")
+        assert result.etag == etag and result.headers == {"x-amz-checksum-sha256": "abc"}
+        info = await lake.head_object(B, "same")
+        assert (info.content_type, info.metadata, info.headers["content-language"]) == ("text/a", {"m": "1"}, "fr")
+        await lake.copy_object(CopySource(B, "src"), B, "replaced", ObjectAttributes("text/b", {"n": "2"}))
+        info = await lake.head_object(B, "replaced")
+        assert (info.content_type, info.metadata) == ("text/b", {"n": "2"})
+        assert await read(lake, "replaced") == b"data"
+        with pytest.raises(InvalidRequest):
+            await lake.copy_object(CopySource(B, "src"), B, "src")
+        await lake.copy_object(CopySource(B, "src"), B, "src", ObjectAttributes(metadata={"x": "y"}))
+        assert (await lake.head_object(B, "src")).metadata == {"x": "y"}
+        with pytest.raises(NoSuchKey):
+            await lake.copy_object(CopySource(B, "missing"), B, "dst")
+        with pytest.raises(NoSuchBucket):
+            await lake.copy_object(CopySource(B, "src"), "nobucket", "dst")
+
+    run(scenario, root)
+
+
+@pytest.mark.parametrize(
+    "conditions",
+    [
+        Conditions(if_match='"nope"'),
+        Conditions(if_none_match="*"),
+        Conditions(if_modified_since=datetime.now(UTC) + timedelta(days=1)),
+        Conditions(if_unmodified_since=datetime.now(UTC) - timedelta(days=1)),
+    ],
+)
+def test_copy_source_conditions_answer_412(root: Path, conditions: Conditions) -> None:
+    async def scenario(lake: DirLake) -> None:
+        await put(lake, "src")
+        with pytest.raises(PreconditionFailed):
+            await lake.copy_object(CopySource(B, "src", conditions), B, "dst")
+        with pytest.raises(NoSuchKey):
+            await lake.head_object(B, "dst")
+
+    run(scenario, root)
+
+
+def test_delete(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        await put(lake, "a")
+        await put(lake, "b")
+        await lake.delete_object(B, "a")
+        await lake.delete_object(B, "a")  # idempotent
+        with pytest.raises(NoSuchKey):
+            await lake.head_object(B, "a")
+        with pytest.raises(NoSuchBucket):
+            await lake.delete_object("nobucket", "a")
+        outcomes = await lake.delete_objects(B, ["b", "missing", "k" * 1100])
+        codes = [(o.key[:7], o.code) for o in outcomes]
+        assert codes == [("b", None), ("missing", None), ("k" * 7, "KeyTooLongError")]
+        assert (await lake.list_objects(B, ListQuery())).entries == []
+
+    run(scenario, root)
+    assert list((root / B / "data").glob("*/*")) == []
+
+
+# -- listing ----------------------------------------------------------------------------------
+
+
+async def list_all(lake: DirLake, query: ListQuery) -> tuple[list[str], list[ListPage]]:
+    """Every key and common prefix, paging as a client would (NextMarker / token)."""
+    pages = [await lake.list_objects(B, query)]
+    while pages[-1].is_truncated:
+        last = pages[-1]
+        if query.v2:
+            query = ListQuery(query.prefix, query.delimiter, query.max_keys, True,
+                              continuation_token=last.next_continuation_token)  # fmt: skip
+        else:
+            query = ListQuery(query.prefix, query.delimiter, query.max_keys, marker=last.next_marker or "")
+        pages.append(await lake.list_objects(B, query))
+    items = [name for p in pages for name in sorted([e.key for e in p.entries] + p.common_prefixes)]
+    return items, pages
+
+
+def test_listing_with_delimiter_pages_across_common_prefixes(root: Path) -> None:
+    keys = ["a", "b/1", "b/2", "b/3", "c", "d/x/1", "d/y", "e"]
+
+    async def scenario(lake: DirLake) -> None:
+        for key in keys:
+            await put(lake, key)
+        for v2 in (False, True):
+            items, pages = await list_all(lake, ListQuery(delimiter="/", max_keys=2, v2=v2))
+            assert items == ["a", "b/", "c", "d/", "e"]
+            assert [p.common_prefixes for p in pages] == [["b/"], ["d/"], []]
+            assert pages[0].next_marker == ("b/" if not v2 else None)
+            items, _ = await list_all(lake, ListQuery(prefix="d/", delimiter="/", max_keys=1, v2=v2))
+            assert items == ["d/x/", "d/y"]
+        page = await lake.list_objects(B, ListQuery(delimiter="/", marker="b/2"))  # inside b/: skip b/
+        assert [e.key for e in page.entries] == ["c", "e"] and page.common_prefixes == ["d/"]
+        page = await lake.list_objects(B, ListQuery(max_keys=0))
+        assert (page.entries, page.common_prefixes, page.is_truncated) == ([], [], False)
+        page = await lake.list_objects(B, ListQuery(v2=True, start_after="c", max_keys=1))
+        assert [e.key for e in page.entries] == ["d/x/1"] and page.is_truncated
+        token = encode_token("d/y")  # a token decides over start_after
+        page = await lake.list_objects(B, ListQuery(v2=True, start_after="a", continuation_token=token))
+        assert [e.key for e in page.entries] == ["e"] and not page.is_truncated
+        with pytest.raises(InvalidArgument):
+            await lake.list_objects(B, ListQuery(v2=True, continuation_token="!!"))
+
+    run(scenario, root)
+
+
+def test_listing_is_in_utf8_byte_order(root: Path) -> None:
+    keys = ["z", "\uffff", "\U0001f600", "é", "A", "a", "a\x01", "~"]
+
+    async def scenario(lake: DirLake) -> None:
+        for key in keys:
+            await put(lake, key)
+        items, _ = await list_all(lake, ListQuery(max_keys=3, v2=True))
+        assert items == sorted(keys, key=lambda k: k.encode("utf-8"))
+        assert items.index("\uffff") < items.index("\U0001f600")  # UTF-16 order would differ
+
+    run(scenario, root)
+
+
+def test_prefix_end_and_tokens() -> None:
+    assert prefix_end("a/") == "a0"
+    assert prefix_end("a\U0010ffff") == "b"
+    assert prefix_end("\ud7ff") == "\ue000"
+    assert prefix_end("\U0010ffff") is None
+    assert decode_token(encode_token("ключ/🙂")) == "ключ/🙂"
+
+
+def reference_listing(keys: set[str], prefix: str, delimiter: str, after: str = "") -> list[str]:
+    """What S3 lists, the simple way: roll every key up, drop what the marker already passed."""
+    items = set()
+    for key in keys:
+        if not key.startswith(prefix) or key <= after:
+            continue
+        cut = key.find(delimiter, len(prefix)) if delimiter else -1
+        name = key if cut < 0 else key[: cut + len(delimiter)]
+        if name > after:  # a common prefix at or before the marker was already listed
+            items.add(name)
+    return sorted(items)
+
+
+_ALPHABET = st.sampled_from(["a", "b", "/", "é", "\U0001f600"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    keys=st.sets(st.text(_ALPHABET, min_size=1, max_size=5), max_size=20),
+    data=st.data(),
+)
+def test_listing_matches_a_reference_model(keys: set[str], data: st.DataObject) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+
+        async def scenario(lake: DirLake) -> None:
+            for key in keys:
+                await put(lake, key)
+            for _ in range(3):
+                prefix = data.draw(st.text(_ALPHABET, max_size=2), "prefix")
+                delimiter = data.draw(st.sampled_from(["", "/", "b", "a/"]), "delimiter")
+                max_keys = data.draw(st.integers(1, 4), "max_keys")
+                v2 = data.draw(st.booleans(), "v2")
+                items, pages = await list_all(lake, ListQuery(prefix, delimiter, max_keys, v2))
+                assert items == reference_listing(keys, prefix, delimiter)
+                assert all(len(p.entries) + len(p.common_prefixes) == max_keys for p in pages[:-1])
+                after = data.draw(st.text(_ALPHABET, max_size=4), "marker")
+                page = await lake.list_objects(B, ListQuery(prefix, delimiter, 1000, marker=after))
+                assert sorted([e.key for e in page.entries] + page.common_prefixes) == reference_listing(
+                    keys, prefix, delimiter, after
+                )
+
+        run(scenario, Path(tmp))
+
+
+def memory_scan(keys: set[str]) -> Callable[[str, bool, int], list[ListEntry]]:
+    ordered = sorted(keys)
+    when = datetime(2020, 1, 1, tzinfo=UTC)
+
+    def scan(lower: str, inclusive: bool, limit: int) -> list[ListEntry]:
+        start = (bisect.bisect_left if inclusive else bisect.bisect_right)(ordered, lower)
+        return [ListEntry(k, 0, '""', when) for k in ordered[start : start + limit]]
+
+    return scan
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.sets(st.text(_ALPHABET, min_size=1, max_size=8), max_size=300),
+    prefix=st.text(_ALPHABET, max_size=2),
+    delimiter=st.sampled_from(["", "/", "b", "a/"]),
+    max_keys=st.sampled_from([1, 7, 50, 1000]),
+)
+def test_listing_pages_of_large_key_sets(keys: set[str], prefix: str, delimiter: str, max_keys: int) -> None:
+    """The paging logic alone, over many keys: batches grow and shrink around prefix jumps."""
+    scan, query, items = memory_scan(keys), ListQuery(prefix, delimiter, max_keys), []
+    while True:
+        page = list_objects_page(scan, query)
+        items += sorted([e.key for e in page.entries] + page.common_prefixes)
+        if not page.is_truncated:
+            break
+        query = ListQuery(prefix, delimiter, max_keys, marker=page.next_marker or "")
+    assert items == reference_listing(keys, prefix, delimiter)
+
+
+# -- multipart --------------------------------------------------------------------------------
+
+
+def test_multipart_upload_round_trip(root: Path) -> None:
+    part1, part2 = os.urandom(MIN_PART_SIZE), b"tail"
+
+    async def scenario(lake: DirLake) -> None:
+        attrs = ObjectAttributes("text/x", {"m": "v"}, {"x-amz-checksum-crc32": "AAAAAA==", "content-language": "en"})
+        uid = await lake.create_multipart_upload(B, "mp", attrs)
+        r1 = await lake.upload_part(B, "mp", uid, 1, chunks(part1), len(part1), content_md5=b64md5(part1))
+        await lake.upload_part(B, "mp", uid, 2, chunks(b"replaced"), 8)
+        r2 = await lake.upload_part(B, "mp", uid, 2, chunks(part2), len(part2))  # replaces part 2
+        assert (r1.etag, r2.etag) == (md5_etag(part1), md5_etag(part2))
+        page = await lake.list_parts(B, "mp", uid, max_parts=1)
+        assert [p.part_number for p in page.parts] == [1] and page.is_truncated and page.next_part_number_marker == 1
+        page = await lake.list_parts(B, "mp", uid, part_number_marker=1)
+        assert [(p.part_number, p.size) for p in page.parts] == [(2, 4)] and not page.is_truncated
+        result = await lake.complete_multipart_upload(B, "mp", uid, [(1, r1.etag), (2, r2.etag.strip('"'))])
+        digests = hashlib.md5(part1).digest() + hashlib.md5(part2).digest()
+        assert result.etag == f'"{hashlib.md5(digests).hexdigest()}-2"' and result.headers == {}
+        info = await lake.head_object(B, "mp")
+        assert (info.size, info.etag) == (len(part1) + 4, result.etag)
+        assert (info.content_type, info.metadata) == ("text/x", {"m": "v"})
+        assert info.headers == {"content-language": "en"}  # no checksums kept for multipart
+        assert await read(lake, "mp") == part1 + part2
+        with pytest.raises(NoSuchUpload):
+            await lake.list_parts(B, "mp", uid)
+        copied = await lake.copy_object(CopySource(B, "mp"), B, "mp-copy")
+        assert copied.etag == result.etag  # a copy keeps the "-N" ETag
+        assert lake.check() == []
+
+    run(scenario, root)
+    assert os.listdir(root / ".uploads") == [] and leftovers(root) == []
+
+
+def test_multipart_completion_errors(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        uid = await lake.create_multipart_upload(B, "mp", ObjectAttributes())
+        e1 = (await lake.upload_part(B, "mp", uid, 1, chunks(b"small"), 5)).etag
+        e2 = (await lake.upload_part(B, "mp", uid, 2, chunks(b"last"), 4)).etag
+        with pytest.raises(InvalidPartOrder):
+            await lake.complete_multipart_upload(B, "mp", uid, [(2, e2), (1, e1)])
+        with pytest.raises(InvalidPart):
+            await lake.complete_multipart_upload(B, "mp", uid, [(1, e1), (3, e2)])
+        with pytest.raises(InvalidPart):
+            await lake.complete_multipart_upload(B, "mp", uid, [(1, e2)])
+        with pytest.raises(EntityTooSmall):
+            await lake.complete_multipart_upload(B, "mp", uid, [(1, e1), (2, e2)])
+        single = await lake.complete_multipart_upload(B, "mp", uid, [(2, e2)])  # a lone last part may be small
+        assert single.etag.endswith('-1"') and await read(lake, "mp") == b"last"
+
+    run(scenario, root)
+
+
+def test_unknown_uploads(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        uid = await lake.create_multipart_upload(B, "mp", ObjectAttributes())
+        for bucket, key, upload_id in [(B, "other", uid), (B, "mp", "0" * 48), (B, "mp", "../../" + uid)]:
+            with pytest.raises(NoSuchUpload):
+                await lake.upload_part(bucket, key, upload_id, 1, chunks(b"x"), 1)
+        with pytest.raises(NoSuchBucket):
+            await lake.list_parts("nobucket", "mp", uid)
+        with pytest.raises(InvalidArgument):
+            await lake.upload_part(B, "mp", uid, 10001, chunks(b"x"), 1)
+        await lake.abort_multipart_upload(B, "mp", uid)
+        for call in (lake.abort_multipart_upload, lake.list_parts):
+            with pytest.raises(NoSuchUpload):
+                await call(B, "mp", uid)
+        with pytest.raises(NoSuchUpload):
+            await lake.complete_multipart_upload(B, "mp", uid, [(1, '"x"')])
+
+    run(scenario, root)
+    assert leftovers(root) == []
+
+
+def test_upload_part_copy(root: Path) -> None:
+    data = os.urandom(MIN_PART_SIZE + 100)
+
+    async def scenario(lake: DirLake) -> None:
+        await put(lake, "src", data)
+        uid = await lake.create_multipart_upload(B, "mp", ObjectAttributes())
+        head = ByteRange(0, MIN_PART_SIZE - 1)
+        first = await lake.upload_part_copy(CopySource(B, "src", range=head), B, "mp", uid, 1)
+        assert first.etag == md5_etag(data[:MIN_PART_SIZE])
+        with pytest.raises(InvalidRange):
+            await lake.upload_part_copy(CopySource(B, "src", range=ByteRange(len(data))), B, "mp", uid, 2)
+        with pytest.raises(PreconditionFailed):
+            await lake.upload_part_copy(CopySource(B, "src", Conditions(if_none_match="*")), B, "mp", uid, 2)
+        ranged = await lake.upload_part_copy(CopySource(B, "src", range=ByteRange(10, 19)), B, "mp", uid, 2)
+        await lake.complete_multipart_upload(B, "mp", uid, [(1, first.etag), (2, ranged.etag)])
+        assert await read(lake, "mp") == data[:MIN_PART_SIZE] + data[10:20]
+
+    run(scenario, root)
+
+
+def test_list_multipart_uploads(root: Path) -> None:
+    async def scenario(lake: DirLake) -> None:
+        ids = {}
+        for key in ["b", "a/1", "a/2", "c", "b"]:
+            ids.setdefault(key, []).append(await lake.create_multipart_upload(B, key, ObjectAttributes()))
+        page = await lake.list_multipart_uploads(B, UploadsQuery())
+        assert [(u.key, u.upload_id) for u in page.uploads] == [
+            ("a/1", ids["a/1"][0]), ("a/2", ids["a/2"][0]), ("b", ids["b"][0]), ("b", ids["b"][1]), ("c", ids["c"][0])
+        ]  # fmt: skip
+        page = await lake.list_multipart_uploads(B, UploadsQuery(delimiter="/", max_uploads=2))
+        assert page.common_prefixes == ["a/"] and [u.key for u in page.uploads] == ["b"] and page.is_truncated
+        assert (page.next_key_marker, page.next_upload_id_marker) == ("b", ids["b"][0])
+        page = await lake.list_multipart_uploads(
+            B, UploadsQuery(delimiter="/", key_marker="b", upload_id_marker=ids["b"][0])
+        )
+        assert [u.upload_id for u in page.uploads] == [ids["b"][1], ids["c"][0]] and not page.is_truncated
+        page = await lake.list_multipart_uploads(B, UploadsQuery(delimiter="/", key_marker="a/", max_uploads=1))
+        assert [u.key for u in page.uploads] == ["b"] and page.common_prefixes == []
+        page = await lake.list_multipart_uploads(B, UploadsQuery(prefix="a/"))
+        assert [u.key for u in page.uploads] == ["a/1", "a/2"]
+        assert (await lake.list_multipart_uploads(B, UploadsQuery(max_uploads=0))).uploads == []
+        assert all(u.initiated.tzinfo is not None for u in page.uploads)
+
+    run(scenario, root)
+
+
+# -- recovery ---------------------------------------------------------------------------------
+
+
+def test_start_up_removes_crash_leftovers(root: Path) -> None:
+    run(lambda lake: put(lake, "k", b"kept"), root)
+    (root / ".tmp" / "half-written").write_bytes(b"junk")
+    fan = next((root / B / "data").iterdir())
+    (fan / "deadbeef").write_bytes(b"never committed")
+    DirLake(root)  # fresh leftovers may belong to another live instance: kept
+    assert leftovers(root) == ["half-written"] and (fan / "deadbeef").exists()
+    lake = DirLake(root, stale_after=0)
+    assert leftovers(root) == [] and not (fan / "deadbeef").exists()
+    assert lake.check() == []
+    assert run(lambda lake: read(lake, "k"), root) == b"kept"
+
+
+_WRITER = """
+import asyncio, sys
+from cachetier.dirlake import DirLake
+from cachetier.lake import ObjectAttributes
+
+async def main():
+    lake = DirLake(sys.argv[1])
+    await lake.create_bucket("bkt")
+    for i in range(10**6):
+        data = str(i).encode() * 1_000_000
+        async def body():
+            yield data
+        await lake.put_object("bkt", f"k{i % 3}", body(), len(data), ObjectAttributes())
+        print(i, flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.02])
+def test_killed_writer_leaves_whole_objects(root: Path, delay: float) -> None:
+    """SIGKILL a process overwriting objects: the delays land the kill in various write steps."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(root)], stdout=subprocess.PIPE, cwd=Path(__file__).parents[2]
+    )
+    assert child.stdout is not None
+    for _ in range(5):  # several overwrites in
+        child.stdout.readline()
+    time.sleep(delay)
+    child.kill()
+    child.wait()
+    child.stdout.close()
+    lake = DirLake(root, stale_after=0)
+    assert lake.check() == [] and leftovers(root) == []
+
+    async def scenario(lake: DirLake) -> None:
+        entries = (await lake.list_objects(B, ListQuery())).entries
+        assert len(entries) == 3
+        for entry in entries:
+            assert md5_etag(await read(lake, entry.key)) == entry.etag
+        assert len(list((root / B / "data").glob("*/*"))) == 3  # unnamed files were removed
+
+    run(scenario, root)
