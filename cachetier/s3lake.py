@@ -1,0 +1,704 @@
+"""``S3Lake``: the :class:`~cachetier.lake.Lake` over any S3 endpoint (Ceph RGW, MinIO, AWS).
+
+Requests are path-style (``/bucket/key``), signed with botocore's SigV4 signer and sent on one
+pooled async httpx client (HTTP/1.1). Bodies stream both ways: uploads go out with
+``UNSIGNED-PAYLOAD`` and an explicit Content-Length, downloads are handed over as they arrive.
+A lake answer that is not a success becomes an ``S3Error`` (:func:`cachetier.errors.from_lake`);
+an unreachable or failing lake becomes ``ServiceUnavailable`` or ``SlowDown``, after jittered
+retries of the requests that are safe to repeat.
+
+Header values are str holding the header's bytes as latin-1 (the ASGI convention), so
+non-ASCII user metadata passes between client and lake byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import random
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime
+from email.utils import format_datetime, parsedate_to_datetime
+from typing import ParamSpec, TypeVar
+from urllib.parse import quote
+
+import httpx
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials
+
+from cachetier import errors, s3xml
+from cachetier.conditions import Conditions
+from cachetier.errors import (
+    IncompleteBody,
+    InvalidArgument,
+    InvalidRange,
+    NoSuchKey,
+    NoSuchUpload,
+    NotModified,
+    PreconditionFailed,
+    S3Error,
+    ServiceUnavailable,
+    SlowDown,
+    from_lake,
+)
+from cachetier.lake import (
+    STORED_HEADERS,
+    Body,
+    BucketInfo,
+    CopySource,
+    DeleteOutcome,
+    ListPage,
+    ListQuery,
+    ObjectAttributes,
+    ObjectInfo,
+    ObjectStream,
+    PartsPage,
+    UploadsPage,
+    UploadsQuery,
+    WriteResult,
+)
+from cachetier.ranges import ByteRange
+
+_DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "DELETE"})
+# Statuses of a failing lake: retried when the request may be repeated, then 503.
+_UNAVAILABLE = frozenset({500, 502, 503, 504})
+# Errors raised before a single byte of the request left: always safe to retry.
+_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# The code S3 means by a status it answers without a body (HEAD, some proxies); the other
+# statuses use their reason phrase (412 PreconditionFailed, 304 NotModified, ...).
+_CODE_BY_STATUS = {301: "PermanentRedirect", 403: "AccessDenied", 416: "InvalidRange"}
+# Response headers kept in ObjectInfo.headers besides STORED_HEADERS and x-amz-checksum-*.
+_INFO_HEADERS = ("x-amz-version-id", "x-amz-storage-class", "x-amz-mp-parts-count")
+# Asks S3 to return stored checksums on GET/HEAD (AWS only does when asked).
+_CHECKSUM_MODE = {"x-amz-checksum-mode": "ENABLED"}
+# How botocore 1.43's S3SigV4Auth is told to sign UNSIGNED-PAYLOAD (over http too); it
+# replaces an x-amz-content-sha256 header set before signing.
+_UNSIGNED_PAYLOAD = Config(s3={"payload_signing_enabled": False})
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class S3Lake:
+    """A Lake on an S3 endpoint; see :mod:`cachetier.lake` for the contract it keeps."""
+
+    # First retry delay in seconds, doubled per attempt and jittered by 0.5-1.5x.
+    retry_base_delay = 0.1
+
+    def __init__(
+        self,
+        endpoint: str,
+        access_key: str,
+        secret_key: str,
+        region: str = "us-east-1",
+        *,
+        timeout: httpx.Timeout | None = None,
+        max_connections: int = 64,
+        retries: int = 3,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        url = httpx.URL(endpoint)
+        if url.scheme not in ("http", "https") or not url.host or url.path not in ("", "/"):
+            raise ValueError("the lake endpoint must be http(s)://host[:port]")
+        self._host = url.netloc.decode("ascii")
+        self._origin = f"{url.scheme}://{self._host}"
+        self._signer = S3SigV4Auth(Credentials(access_key, secret_key), "s3", region)
+        self._retries = retries
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client = httpx.AsyncClient(
+            timeout=timeout or _DEFAULT_TIMEOUT,
+            limits=limits,
+            transport=transport,
+            trust_env=False,
+            follow_redirects=False,
+            # Bodies are passed through as stored; never ask for a transfer encoding.
+            headers={"accept-encoding": "identity", "user-agent": "lakegate"},
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    # -- buckets -----------------------------------------------------------------------------
+
+    async def list_buckets(self) -> list[BucketInfo]:
+        response = await self._request("GET", None)
+        return _parsed(s3xml.parse_list_buckets, response.content)
+
+    async def create_bucket(self, bucket: str, location: str | None = None) -> None:
+        body = s3xml.create_bucket_request(location) if location else None
+        await self._request("PUT", bucket, content=body, not_found="NoSuchBucket")
+
+    async def head_bucket(self, bucket: str) -> None:
+        await self._request("HEAD", bucket, not_found="NoSuchBucket")
+
+    async def delete_bucket(self, bucket: str) -> None:
+        await self._request("DELETE", bucket, not_found="NoSuchBucket")
+
+    async def bucket_location(self, bucket: str) -> str:
+        response = await self._request("GET", bucket, query={"location": None}, not_found="NoSuchBucket")
+        return _parsed(s3xml.parse_location, response.content)
+
+    async def list_objects(self, bucket: str, query: ListQuery) -> ListPage:
+        params: dict[str, str | None] = {
+            "encoding-type": "url",
+            "max-keys": str(query.max_keys),
+            "prefix": query.prefix or None,
+            "delimiter": query.delimiter or None,
+        }
+        if query.v2:
+            params["list-type"] = "2"
+            params["start-after"] = query.start_after or None
+            params["continuation-token"] = query.continuation_token
+        else:
+            params["marker"] = query.marker or None
+        query_params = {name: value for name, value in params.items() if value is not None}
+        response = await self._request("GET", bucket, query=query_params, not_found="NoSuchBucket")
+        return _parsed(s3xml.parse_list_objects, response.content, query.v2)
+
+    # -- objects -----------------------------------------------------------------------------
+
+    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
+        response = await self._request("HEAD", bucket, key, headers=_CHECKSUM_MODE)
+        headers = _headers(response)
+        return _object_info(bucket, key, headers, _int_header(headers, "content-length"))
+
+    async def get_object(
+        self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()
+    ) -> ObjectStream:
+        request_headers = {**_CHECKSUM_MODE, **_condition_headers(_lake_conditions(conditions), "")}
+        if range is not None:
+            request_headers["range"] = range.header()
+        try:
+            response = await self._request("GET", bucket, key, headers=request_headers, stream=True)
+        except InvalidRange as exc:
+            if not exc.headers:  # Ceph RGW 16.2 leaves out the Content-Range S3 sends with 416
+                with contextlib.suppress(S3Error):
+                    size = (await self.head_object(bucket, key)).size
+                    exc.headers = {"Content-Range": f"bytes */{size}"}
+            raise
+        try:
+            headers = _headers(response)
+            content_range = None
+            if response.status_code == 206:
+                first, last, size = _parse_content_range(headers.get("content-range", ""))
+                content_range = (first, last)
+            else:
+                size = _int_header(headers, "content-length")
+            info = _object_info(bucket, key, headers, size)
+            conditions.check(info.etag, info.last_modified)
+        except BaseException:
+            await response.aclose()
+            raise
+        return ObjectStream(info=info, content_range=content_range, body=_ResponseBody(response))
+
+    async def put_object(
+        self,
+        bucket: str,
+        key: str,
+        body: Body,
+        length: int,
+        attrs: ObjectAttributes,
+        content_md5: str | None = None,
+    ) -> WriteResult:
+        headers = _attribute_headers(attrs)
+        if content_md5 is not None:
+            headers["content-md5"] = content_md5
+        response = await self._request("PUT", bucket, key, headers=headers, content=body, length=length)
+        return _write_result(response)
+
+    async def copy_object(
+        self, source: CopySource, bucket: str, key: str, attrs: ObjectAttributes | None = None
+    ) -> WriteResult:
+        headers = _copy_source_headers(source)
+        if attrs is not None:
+            headers.update(_attribute_headers(attrs))
+            headers["x-amz-metadata-directive"] = "REPLACE"
+        return await self._copy(bucket, key, {}, headers, "NoSuchKey")
+
+    async def delete_object(self, bucket: str, key: str) -> None:
+        await self._request("DELETE", bucket, key)
+
+    async def delete_objects(self, bucket: str, keys: list[str]) -> list[DeleteOutcome]:
+        body = s3xml.delete_request(keys)
+        headers = {"content-md5": base64.b64encode(hashlib.md5(body).digest()).decode("ascii")}
+        # Deleting the same keys twice answers the same: safe to retry.
+        response = await self._request(
+            "POST", bucket, query={"delete": None}, headers=headers, content=body, idempotent=True, not_found="NoSuchBucket"
+        )
+        return _parsed(s3xml.parse_delete_result, response.content)
+
+    # -- multipart uploads -------------------------------------------------------------------
+
+    async def create_multipart_upload(self, bucket: str, key: str, attrs: ObjectAttributes) -> str:
+        response = await self._request(
+            "POST", bucket, key, query={"uploads": None}, headers=_attribute_headers(attrs), not_found="NoSuchBucket"
+        )
+        return _parsed(s3xml.parse_upload_id, response.content)
+
+    async def upload_part(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        part_number: int,
+        body: Body,
+        length: int,
+        content_md5: str | None = None,
+    ) -> WriteResult:
+        headers = {"content-md5": content_md5} if content_md5 is not None else {}
+        query = {"partNumber": str(part_number), "uploadId": upload_id}
+        response = await self._request(
+            "PUT", bucket, key, query=query, headers=headers, content=body, length=length, not_found="NoSuchUpload"
+        )
+        return _write_result(response)
+
+    async def upload_part_copy(
+        self, source: CopySource, bucket: str, key: str, upload_id: str, part_number: int
+    ) -> WriteResult:
+        if "%" in source.key or source.conditions:
+            return await self._upload_part_through(source, bucket, key, upload_id, part_number)
+        headers = _copy_source_headers(source)
+        if source.range is not None:
+            headers["x-amz-copy-source-range"] = await self._copy_range(source, source.range)
+        query = {"partNumber": str(part_number), "uploadId": upload_id}
+        return await self._copy(bucket, key, query, headers, "NoSuchUpload")
+
+    async def _upload_part_through(
+        self, source: CopySource, bucket: str, key: str, upload_id: str, part_number: int
+    ) -> WriteResult:
+        """UploadPartCopy as a GET of the source streamed into UploadPart, where Ceph RGW 16.2
+        gets the copy wrong: it ignores an UploadPartCopy's copy-source conditions, and it
+        url-decodes its x-amz-copy-source twice, so a key with "%" copies another object or
+        (a "%" not before two hex digits) aborts the RGW process. The GET checks the
+        conditions atomically with the read."""
+        outside = InvalidArgument("The x-amz-copy-source-range is not within the source object.")
+        try:
+            stream = await self.get_object(source.bucket, source.key, source.range, source.conditions)
+        except NotModified:
+            raise PreconditionFailed() from None  # S3 answers 412 to every failed copy condition
+        except InvalidRange:
+            raise outside from None
+        try:
+            if source.range is not None and source.range.last is not None and source.range.last >= stream.info.size:
+                raise outside  # a GET serves what exists, a copy range must exist
+            return await self.upload_part(bucket, key, upload_id, part_number, stream.body, stream.length)
+        finally:
+            await stream.aclose()
+
+    async def _copy(
+        self, bucket: str, key: str, query: dict[str, str], headers: dict[str, str], not_found: str
+    ) -> WriteResult:
+        """CopyObject or UploadPartCopy. Without a body to consume, repeating one is harmless."""
+        try:
+            response = await self._request(
+                "PUT", bucket, key, query=query, headers=headers, idempotent=True, not_found=not_found
+            )
+        except NotModified:
+            # Ceph RGW 16.2 answers a failed x-amz-copy-if-none-match with 304; S3 says 412.
+            raise PreconditionFailed() from None
+        etag, last_modified = _parsed(s3xml.parse_copy_result, response.content)
+        return WriteResult(etag=etag, last_modified=last_modified, headers=_write_result(response).headers)
+
+    async def _copy_range(self, source: CopySource, range: ByteRange) -> str:
+        """``bytes=first-last``, the only form UploadPartCopy takes; an open or suffix range
+        is resolved against the source's size (one HEAD)."""
+        if range.first is not None and range.last is not None:
+            return range.header()
+        size = (await self.head_object(source.bucket, source.key)).size
+        try:
+            first, last = range.resolve(size)
+        except InvalidRange:
+            raise InvalidArgument("The x-amz-copy-source-range is not within the source object.") from None
+        return f"bytes={first}-{last}"
+
+    async def complete_multipart_upload(
+        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
+    ) -> WriteResult:
+        body = s3xml.complete_request(parts)
+        response = await self._request(
+            "POST", bucket, key, query={"uploadId": upload_id}, content=body, not_found="NoSuchUpload"
+        )
+        etag = _parsed(s3xml.parse_complete_etag, response.content)
+        result = _write_result(response)
+        if etag:
+            return WriteResult(etag=etag, headers=result.headers)
+        # Ceph RGW 16.2 answers with an empty <ETag/>: the object's HEAD has it. (Should a
+        # writer replace the object in between, this reports the newer ETag.)
+        info = await self.head_object(bucket, key)
+        return WriteResult(etag=info.etag, last_modified=info.last_modified, headers=result.headers)
+
+    async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
+        await self._request("DELETE", bucket, key, query={"uploadId": upload_id}, not_found="NoSuchUpload")
+
+    async def list_parts(
+        self, bucket: str, key: str, upload_id: str, max_parts: int = 1000, part_number_marker: int = 0
+    ) -> PartsPage:
+        query = {"uploadId": upload_id, "max-parts": str(max_parts)}
+        if part_number_marker:
+            query["part-number-marker"] = str(part_number_marker)
+        try:
+            response = await self._request("GET", bucket, key, query=query, not_found="NoSuchUpload")
+        except NoSuchKey:
+            raise NoSuchUpload() from None  # Ceph RGW 16.2 says NoSuchKey for an unknown upload
+        return _parsed(s3xml.parse_list_parts, response.content)
+
+    async def list_multipart_uploads(self, bucket: str, query: UploadsQuery) -> UploadsPage:
+        params = {
+            "uploads": None,
+            "encoding-type": "url",
+            "max-uploads": str(query.max_uploads),
+            "prefix": query.prefix,
+            "delimiter": query.delimiter,
+            "key-marker": query.key_marker,
+            "upload-id-marker": query.upload_id_marker,
+        }
+        params = {name: value for name, value in params.items() if value != ""}
+        response = await self._request("GET", bucket, query=params, not_found="NoSuchBucket")
+        return _parsed(s3xml.parse_list_uploads, response.content)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        bucket: str | None,
+        key: str | None = None,
+        *,
+        query: Mapping[str, str | None] | None = None,
+        headers: Mapping[str, str] | None = None,
+        content: bytes | Body | None = None,
+        length: int | None = None,
+        idempotent: bool | None = None,
+        stream: bool = False,
+        not_found: str = "NoSuchKey",
+    ) -> httpx.Response:
+        """Send a signed request, retrying what may be retried; the successful response,
+        read unless ``stream``. ``not_found`` is the code of a 404 without a body (HEAD)."""
+        upload = _Upload(content, length or 0) if content is not None and not isinstance(content, bytes) else None
+        retryable = method in _IDEMPOTENT_METHODS if idempotent is None else idempotent
+        for attempt in range(self._retries + 1):
+            request = self._signed(method, bucket, key, query or {}, dict(headers or {}), upload or content, length)
+            try:
+                response = await self._client.send(request, stream=True)
+                if not (retryable and response.status_code in _UNAVAILABLE and attempt < self._retries):
+                    if response.status_code >= 300:
+                        raise await _lake_error(response, method, not_found)
+                    if not stream:
+                        await response.aread()
+                    return response
+                await response.aclose()
+            except httpx.TransportError as exc:
+                if upload is not None and upload.error is not None:
+                    raise  # the caller's body failed: its exception, unchanged
+                unsent = isinstance(exc, _NEVER_SENT) and (upload is None or not upload.started)
+                if attempt >= self._retries or not (retryable or unsent):
+                    raise ServiceUnavailable(f"The lake is unreachable ({type(exc).__name__}).") from exc
+            await asyncio.sleep(self.retry_base_delay * 2**attempt * random.uniform(0.5, 1.5))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _signed(
+        self,
+        method: str,
+        bucket: str | None,
+        key: str | None,
+        query: Mapping[str, str | None],
+        headers: dict[str, str],
+        content: bytes | _Upload | None,
+        length: int | None,
+    ) -> httpx.Request:
+        path = "/" if bucket is None else "/" + quote(bucket, safe="")
+        if key is not None:
+            path += "/" + quote(key, safe="/~")
+        query_string = "&".join(
+            quote(name, safe="-_.~") + ("" if value is None else "=" + quote(value, safe="-_.~"))
+            for name, value in sorted(query.items())
+        )
+        suffix = "?" + query_string if query_string else ""
+        headers["host"] = self._host
+        if isinstance(content, bytes):
+            headers["content-length"] = str(len(content))
+        elif content is not None:
+            headers["content-length"] = str(length)
+        elif method in ("PUT", "POST"):
+            headers["content-length"] = "0"
+        wire = {name: _wire_value(value) for name, value in headers.items()}
+        aws = AWSRequest(
+            method=method,
+            url=self._origin + path + suffix,
+            headers={name: _signed_value(name, value) for name, value in wire.items()},
+            data=content if isinstance(content, bytes) else None,
+        )
+        if isinstance(content, _Upload):
+            aws.context["client_config"] = _UNSIGNED_PAYLOAD
+        self._signer.add_auth(aws)
+        for name, value in aws.headers.items():
+            if name.lower() not in wire:
+                wire[name.lower()] = value.encode("ascii")
+        # httpx drops "." and ".." path segments (legal in S3 keys); escaped, they reach the
+        # lake, which decodes the path before checking the signature over it.
+        url = httpx.URL(self._origin + _escape_dot_segments(path) + suffix)
+        return httpx.Request(method, url, headers=list(wire.items()), content=content)
+
+
+async def _lake_error(response: httpx.Response, method: str, not_found: str) -> S3Error:
+    """The error a failed response stands for (the response is closed)."""
+    status = response.status_code
+    code, message = "", ""
+    try:
+        if method != "HEAD" and status != 304:
+            body = await response.aread()
+            try:
+                s3xml.parse(body)
+            except s3xml.ErrorDocument as document:
+                code, message = document.code, document.message
+            except s3xml.LakeXMLError:
+                pass  # a proxy's HTML page, say: the status alone tells
+    finally:
+        await response.aclose()
+    if status in _UNAVAILABLE:
+        if code == "SlowDown":
+            return SlowDown()
+        return ServiceUnavailable(f"The lake is failing (it answered {status} {code or 'without a code'}).")
+    if not code:
+        code = not_found if status == 404 else _CODE_BY_STATUS.get(status, "")
+        code = code or httpx.codes.get_reason_phrase(status).replace(" ", "") or "InternalError"
+    error = from_lake(code, status, message or None)
+    headers = _headers(response)
+    if status == 416 and "content-range" in headers:
+        error.headers = {"Content-Range": headers["content-range"]}
+    elif status == 304:
+        error.headers = {
+            name: headers[name.lower()] for name in ("ETag", "Last-Modified") if name.lower() in headers
+        }
+    return error
+
+
+class _Upload:
+    """An upload body, sent at most once. It notes whether sending began (a request that
+    never started may be retried), keeps what the caller's iterator raised (so it propagates
+    unchanged), and fails the upload if the byte count is not the declared length, so the
+    lake never stores a short or long object."""
+
+    def __init__(self, body: Body, length: int) -> None:
+        self._body = body
+        self._length = length
+        self.started = False
+        self.error: Exception | None = None
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        self.started = True
+        sent = 0
+        try:
+            async for chunk in self._body:
+                sent += len(chunk)
+                if sent > self._length:
+                    raise IncompleteBody("The body is longer than its declared length.")
+                yield chunk
+            if sent < self._length:
+                raise IncompleteBody()
+        except Exception as exc:
+            self.error = exc
+            raise
+
+
+class _ResponseBody:
+    """A GET's body as it arrives. Reading to the end or ``aclose()`` frees the connection."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self._chunks = response.aiter_raw()  # raw: a stored Content-Encoding is not undone
+
+    def __aiter__(self) -> _ResponseBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self._chunks.__anext__()
+        except StopAsyncIteration:
+            await self.aclose()
+            raise
+        except httpx.TransportError as exc:
+            await self.aclose()
+            raise ServiceUnavailable(f"The lake connection broke mid-object ({type(exc).__name__}).") from exc
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()  # type: ignore[attr-defined]  # an async generator
+        await self._response.aclose()
+
+
+# -- headers in and out ------------------------------------------------------------------------
+
+
+def _wire_value(value: str) -> bytes:
+    try:
+        return value.encode("latin-1")  # the bytes an ASGI server decoded
+    except UnicodeEncodeError:
+        return value.encode("utf-8")  # real unicode, from Python code
+
+
+def _signed_value(name: str, value: bytes) -> str:
+    # botocore hashes the canonical request as UTF-8, so the value it signs must be the
+    # wire bytes read as UTF-8.
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"The value of header {name} is not UTF-8.") from None
+
+
+def _escape_dot_segments(path: str) -> str:
+    segments = path.split("/")
+    if "." not in segments and ".." not in segments:
+        return path
+    return "/".join(s.replace(".", "%2E") if s in (".", "..") else s for s in segments)
+
+
+def _headers(response: httpx.Response) -> dict[str, str]:
+    """The response headers, lower-case names, values as latin-1 str (repeats joined)."""
+    out: dict[str, str] = {}
+    for raw_name, raw_value in response.headers.raw:
+        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+        out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
+
+
+def _is_stored(name: str) -> bool:
+    return name in STORED_HEADERS or name.startswith("x-amz-checksum-")
+
+
+def _attribute_headers(attrs: ObjectAttributes) -> dict[str, str]:
+    """Request headers that store ``attrs``. Other ``attrs.headers`` (anything not a stored
+    representation header, checksum or storage class) are not forwarded to the lake."""
+    headers = {}
+    if attrs.content_type is not None:
+        headers["content-type"] = attrs.content_type
+    for name, value in attrs.metadata.items():
+        headers["x-amz-meta-" + name.lower()] = value
+    for name, value in attrs.headers.items():
+        if _is_stored(name.lower()) or name.lower() == "x-amz-storage-class":
+            headers[name.lower()] = value
+    return headers
+
+
+def _http_date(value: datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return format_datetime(value.astimezone(UTC), usegmt=True)
+
+
+def _condition_headers(conditions: Conditions, prefix: str) -> dict[str, str]:
+    """``if-*`` headers (``prefix`` ``""``) or their ``x-amz-copy-source-if-*`` twins."""
+    headers = {}
+    if conditions.if_match is not None:
+        headers[prefix + "if-match"] = conditions.if_match
+    if conditions.if_none_match is not None:
+        headers[prefix + "if-none-match"] = conditions.if_none_match
+    if conditions.if_modified_since is not None:
+        headers[prefix + "if-modified-since"] = _http_date(conditions.if_modified_since)
+    if conditions.if_unmodified_since is not None:
+        headers[prefix + "if-unmodified-since"] = _http_date(conditions.if_unmodified_since)
+    return headers
+
+
+def _lake_conditions(conditions: Conditions) -> Conditions:
+    """The conditions a GET sends the lake; ``get_object`` checks all of them again on the
+    answer. Ceph RGW 16.2 compares If-Match / If-None-Match as one opaque string, failing
+    ``*`` and lists of ETags: those stay here, with the date each one overrides."""
+
+    def plain(etags: str | None) -> bool:
+        return etags is not None and "," not in etags and etags.strip() != "*"
+
+    if_match = conditions.if_match if plain(conditions.if_match) else None
+    if_none_match = conditions.if_none_match if plain(conditions.if_none_match) else None
+    return Conditions(
+        if_match=if_match,
+        if_none_match=if_none_match,
+        if_unmodified_since=conditions.if_unmodified_since if conditions.if_match is None else None,
+        if_modified_since=conditions.if_modified_since if conditions.if_none_match is None else None,
+    )
+
+
+def _copy_source_headers(source: CopySource) -> dict[str, str]:
+    headers = {"x-amz-copy-source": f"/{quote(source.bucket, safe='')}/{quote(source.key, safe='/~')}"}
+    headers.update(_condition_headers(source.conditions, "x-amz-copy-source-"))
+    # Ceph RGW 16.2 ignores the documented x-amz-copy-source-if-* and reads x-amz-copy-if-*
+    # instead; S3 ignores x-amz headers it does not know, so both are sent.
+    headers.update(_condition_headers(source.conditions, "x-amz-copy-"))
+    return headers
+
+
+def _int_header(headers: Mapping[str, str], name: str) -> int:
+    try:
+        return int(headers[name])
+    except (KeyError, ValueError):
+        raise ServiceUnavailable(f"The lake sent no valid {name}.") from None
+
+
+def _parse_content_range(value: str) -> tuple[int, int, int]:
+    """(first, last, size) of ``bytes first-last/size``."""
+    try:
+        unit, _, spec = value.strip().partition(" ")
+        span, _, size = spec.partition("/")
+        first, _, last = span.partition("-")
+        if unit != "bytes":
+            raise ValueError(unit)
+        return int(first), int(last), int(size)
+    except ValueError:
+        raise ServiceUnavailable("The lake sent an invalid Content-Range.") from None
+
+
+def _last_modified(headers: Mapping[str, str]) -> datetime:
+    value = headers.get("last-modified")
+    try:
+        parsed = parsedate_to_datetime(value) if value else None
+    except (TypeError, ValueError):
+        parsed = None
+    if parsed is None:
+        return datetime.now(UTC)  # S3 always sends one; a lake that does not is "just now"
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def _object_info(bucket: str, key: str, headers: Mapping[str, str], size: int) -> ObjectInfo:
+    return ObjectInfo(
+        bucket=bucket,
+        key=key,
+        size=size,
+        etag=s3xml.quoted(headers.get("etag", "")),
+        last_modified=_last_modified(headers),
+        content_type=headers.get("content-type", "binary/octet-stream"),
+        metadata={n[len("x-amz-meta-") :]: v for n, v in headers.items() if n.startswith("x-amz-meta-")},
+        headers={n: v for n, v in headers.items() if _is_stored(n) or n in _INFO_HEADERS},
+    )
+
+
+def _write_result(response: httpx.Response) -> WriteResult:
+    headers = _headers(response)
+    kept = {n: v for n, v in headers.items() if n.startswith("x-amz-checksum-") or n == "x-amz-version-id"}
+    return WriteResult(etag=s3xml.quoted(headers.get("etag", "")), headers=kept)
+
+
+def _parsed(parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``parse(*args)`` of a successful answer's body, its failures mapped to lake errors."""
+    try:
+        return parse(*args, **kwargs)
+    except s3xml.ErrorDocument as exc:
+        raise _embedded_error(exc.code, exc.message) from None
+    except s3xml.LakeXMLError as exc:
+        raise ServiceUnavailable("The lake sent a response lakegate cannot read.") from exc
+
+
+def _embedded_error(code: str, message: str) -> S3Error:
+    """The error of a 200 answer with an ``<Error>`` body: the status is the one S3 gives the
+    code (ours when we have a class for it, else 500 as for an internal error)."""
+    known = getattr(errors, code, None)
+    status = known.status if isinstance(known, type) and issubclass(known, S3Error) else 500
+    if code == "SlowDown":
+        return SlowDown()
+    if status in _UNAVAILABLE:
+        return ServiceUnavailable(f"The lake failed after accepting the request ({code or 'no code'}).")
+    return from_lake(code, status, message or None)
