@@ -21,11 +21,24 @@ MAX_PUT = 5 * 1024**3  # S3's largest single PUT / part
 
 
 class RequestBody:
-    def __init__(self, receive, req: S3Request, auth: AuthContext | None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, receive, req: S3Request, auth: AuthContext | None = None) -> None:  # type: ignore[no-untyped-def]
         self._receive = receive
         self._req = req
         self._auth = auth
         self._consumed = False
+        self.finished = False  # the client's last body byte has been received
+
+    def authenticated(self, auth: AuthContext | None) -> None:
+        self._auth = auth
+
+    @property
+    def unread(self) -> bool:
+        """The request announced a body we have not read to the end; answering now needs
+        ``Connection: close``, else the rest of the body (or, after ``Expect: 100-continue``, a
+        body never sent) would be parsed as the next request on the connection."""
+        h = self._req.headers
+        announced = h.get("content-length", "0") != "0" or "transfer-encoding" in h
+        return announced and not self.finished
 
     async def _wire(self) -> AsyncIterator[bytes]:
         """Raw bytes from the client; a client that goes away mid-body is IncompleteBody."""
@@ -40,6 +53,7 @@ class RequestBody:
             if chunk:
                 yield chunk
             if not message.get("more_body", False):
+                self.finished = True
                 return
 
     def _chunked_mode(self) -> str | None:

@@ -64,14 +64,18 @@ class S3Frontend:
         request_id = os.urandom(8).hex().upper()
         started = time.perf_counter()
         req: S3Request | None = None
+        body: RequestBody | None = None
         try:
             req = from_scope(scope, self.host_suffixes)
-            resp = await self._handle(req, receive)
+            body = RequestBody(receive, req)
+            resp = await self._handle(req, body)
         except S3Error as err:
             resp = self._error(err, req, request_id)
         except Exception:  # a bug: log it with the request id, answer InternalError, keep serving
             log.exception("unhandled error in request %s", request_id)
             resp = self._error(errors.InternalError(), req, request_id)
+        if resp.status >= 300 and (body is None or body.unread):
+            resp.headers["Connection"] = "close"
         head = scope["method"] == "HEAD"
         sent = 0
         try:
@@ -92,7 +96,7 @@ class S3Frontend:
                     request_id,
                 )
 
-    async def _handle(self, req: S3Request, receive) -> Response:  # type: ignore[no-untyped-def]
+    async def _handle(self, req: S3Request, body: RequestBody) -> Response:
         if sum(len(k) + len(v) + 4 for k, v in req.raw_headers) > self.max_header_bytes:
             raise errors.RequestHeaderSectionTooLarge()
         auth = authenticate(
@@ -109,7 +113,7 @@ class S3Frontend:
                 raise errors.InvalidAccessKeyId()
         if req.bucket and not req.tenant.may_use(req.bucket):
             raise errors.AccessDenied(resource=req.resource)
-        body = RequestBody(receive, req, auth)
+        body.authenticated(auth)
         return await HANDLERS[req.operation](Call(self.lake, req, body, req.tenant))
 
     def _anonymous(self, req: S3Request) -> Tenant:
