@@ -20,6 +20,7 @@ class S3Error(Exception):
 
     status: int = 500
     message: str = "We encountered an internal error. Please try again."
+    s3_code: str | None = None  # when the S3 code cannot be the class name
 
     def __init__(
         self,
@@ -34,7 +35,7 @@ class S3Error(Exception):
         self.resource = resource
         # The code defaults to the class name (as in Swift's s3api); a lake error carrying a
         # code we have no class for keeps the lake's code and status.
-        self.code = code or type(self).__name__
+        self.code = code or type(self).s3_code or type(self).__name__
         if status is not None:
             self.status = status
         self.headers = headers or {}
@@ -170,7 +171,8 @@ class MethodNotAllowed(S3Error):
     message = "The specified method is not allowed against this resource."
 
 
-class NotImplemented(S3Error):  # noqa: A001 - the S3 error code is literally "NotImplemented"
+class Unimplemented(S3Error):
+    s3_code = "NotImplemented"  # not the class name: that would shadow Python's NotImplemented
     status = 501
     message = "A header you provided implies functionality that is not implemented."
 
@@ -192,4 +194,4 @@ def _subclasses(cls: type[S3Error]) -> list[type[S3Error]]:
     return out
 
 
-_BY_CODE: dict[str, type[S3Error]] = {c.__name__: c for c in _subclasses(S3Error)}
+_BY_CODE: dict[str, type[S3Error]] = {c.s3_code or c.__name__: c for c in _subclasses(S3Error)}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote
 
 from gateway.tenants import Tenant
-from gateway.s3.errors import InvalidURI, MethodNotAllowed, NotImplemented
+from gateway.s3.errors import InvalidURI, MethodNotAllowed, Unimplemented
 
 # Subresources lakegate does not implement; S3 names them in the query string.
 _UNSUPPORTED = frozenset(
@@ -87,7 +87,7 @@ def operation(req: S3Request) -> str:
             return "ListBuckets"
         raise MethodNotAllowed(resource="/")
     if _UNSUPPORTED & q.keys():
-        raise NotImplemented(f"lakegate does not implement the {sorted(_UNSUPPORTED & q.keys())[0]} subresource")
+        raise Unimplemented(f"lakegate does not implement the {sorted(_UNSUPPORTED & q.keys())[0]} subresource")
     if not req.key:
         return _bucket_operation(m, q)
     return _object_operation(m, q, "x-amz-copy-source" in req.headers)

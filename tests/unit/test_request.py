@@ -2,7 +2,7 @@
 
 import pytest
 
-from gateway.s3.errors import MethodNotAllowed, NotImplemented
+from gateway.s3.errors import MethodNotAllowed, Unimplemented
 from gateway.s3.request import from_scope
 
 
@@ -63,10 +63,14 @@ def test_virtual_host_style():
 
 
 def test_unsupported_subresource_is_not_implemented():
-    with pytest.raises(NotImplemented):
+    with pytest.raises(Unimplemented):
         from_scope(scope("GET", b"/b", b"acl"), SUFFIXES)
 
 
 def test_post_to_service_not_allowed():
     with pytest.raises(MethodNotAllowed):
         from_scope(scope("POST", b"/"), SUFFIXES)
+
+
+def test_unimplemented_renders_as_s3_not_implemented():
+    assert Unimplemented().code == "NotImplemented" and Unimplemented().status == 501

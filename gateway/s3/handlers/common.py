@@ -10,7 +10,7 @@ from urllib.parse import unquote
 from cachetier.conditions import Conditions, parse_http_date
 from cachetier.lake import CHECKSUM_HEADERS, STORED_HEADERS, CopySource, Lake, ObjectAttributes, ObjectInfo
 from gateway.s3.body import RequestBody
-from gateway.s3.errors import AccessDenied, InvalidArgument, InvalidBucketName, KeyTooLongError, NotImplemented
+from gateway.s3.errors import AccessDenied, InvalidArgument, InvalidBucketName, KeyTooLongError, Unimplemented
 from gateway.s3.request import S3Request
 from gateway.s3.response import Response, http_date
 from gateway.tenants import Tenant
@@ -131,7 +131,7 @@ def copy_source(call: Call, *, with_range: bool) -> CopySource:
     raw = call.req.headers["x-amz-copy-source"]
     path, _, version = raw.partition("?")
     if version:
-        raise NotImplemented("lakegate does not support versioned copy sources")
+        raise Unimplemented("lakegate does not support versioned copy sources")
     bucket, _, key = unquote(path).lstrip("/").partition("/")
     if not bucket or not key:
         raise InvalidArgument("Copy Source must mention the source bucket and key: sourcebucket/sourcekey")

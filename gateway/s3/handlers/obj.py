@@ -5,14 +5,14 @@ from __future__ import annotations
 from cachetier.conditions import Conditions
 from cachetier.ranges import ByteRange
 from gateway.s3 import xml
-from gateway.s3.errors import InvalidArgument, InvalidRequest, NotImplemented
+from gateway.s3.errors import InvalidArgument, InvalidRequest, Unimplemented
 from gateway.s3.handlers.common import Call, attributes, check_key, copy_source, object_headers
 from gateway.s3.response import Response
 
 
 def _no_part_number(call: Call) -> None:
     if "partNumber" in call.req.query:
-        raise NotImplemented("lakegate does not support reading an object by part number")
+        raise Unimplemented("lakegate does not support reading an object by part number")
 
 
 async def head_object(call: Call) -> Response:
