@@ -1,0 +1,358 @@
+"""Block stores: the disk store and its in-memory twin conform to ``BlockStore`` and pass one
+shared list of tests; the disk store alone is checked for what only a disk has: restarts,
+corrupted and orphaned files, directory size, and processes killed in the middle of a put."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from cachetier.blocks import BlockId
+from cachetier.blockstore import (
+    EVICTION_POLICIES,
+    SIDE_FILES_RESERVE,
+    BlockStore,
+    DiskBlockStore,
+    MemoryBlockStore,
+)
+
+MiB = 1024 * 1024
+REPO = Path(__file__).resolve().parents[2]
+
+# Shared tests use 1 MiB blocks and capacities of (n + 1) blocks - 1 byte: both stores then hold
+# exactly n blocks, the disk store's SQLite files (WAL under SIDE_FILES_RESERVE, the database a
+# few pages) fitting in the slack.
+B = MiB
+assert SIDE_FILES_RESERVE <= B // 2
+
+MakeStore = Callable[..., BlockStore]
+
+
+def fits(n: int) -> int:
+    return (n + 1) * B - 1
+
+
+def bid(index: int, key: str = "k") -> BlockId:
+    return BlockId.of("bucket", key, '"etag"', index)
+
+
+def content(block_id: BlockId, size: int | None = None) -> bytes:
+    """A block's bytes, derived from its id (any process derives the same). Self-contained:
+    the crash test runs its source in a child process."""
+    import random
+
+    rng = random.Random(block_id.hex)
+    if size is None:
+        size = 1 + rng.randrange(64 * 1024)
+    return rng.randbytes(size)
+
+
+def block(index: int) -> tuple[BlockId, bytes]:
+    block_id = bid(index)
+    return block_id, content(block_id, B)
+
+
+@pytest.fixture(params=["disk", "memory"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeStore]:
+    stores: list[BlockStore] = []
+
+    def make(capacity_bytes: int, eviction: str = "lru") -> BlockStore:
+        store: BlockStore
+        if request.param == "disk":
+            store = DiskBlockStore(tmp_path / f"store{len(stores)}", capacity_bytes, eviction)
+        else:
+            store = MemoryBlockStore(capacity_bytes, eviction)
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        store.close()
+
+
+# ---------------------------------------------------------------- conformance, both stores
+
+
+@pytest.mark.parametrize("cls", [DiskBlockStore, MemoryBlockStore])
+def test_stores_conform_to_the_protocol(cls: type, tmp_path: Path) -> None:
+    store = DiskBlockStore(tmp_path, MiB) if cls is DiskBlockStore else MemoryBlockStore(MiB)
+    assert isinstance(store, BlockStore)
+    for name in ("get", "put", "delete", "__contains__", "set_capacity", "used_bytes", "check", "close"):
+        assert inspect.signature(getattr(cls, name)) == inspect.signature(getattr(BlockStore, name)), name
+    assert isinstance(inspect.getattr_static(cls, "capacity"), property)
+    store.close()
+
+
+def test_the_twin_knows_every_policy() -> None:
+    from cachetier.blockstore import _MEMORY_ORDER
+
+    assert set(_MEMORY_ORDER) == set(EVICTION_POLICIES)
+
+
+# ---------------------------------------------------------------- shared behaviour
+
+
+def test_put_get_delete(make_store: MakeStore) -> None:
+    store = make_store(fits(4))
+    a, b = bid(0), bid(1)
+    assert store.get(a) is None and a not in store
+    store.put(a, content(a))
+    store.put(b, b"")
+    assert store.get(a) == content(a) and store.get(b) == b""
+    assert a in store and "not a block id" not in store
+    assert store.delete(a) is True and store.delete(a) is False
+    assert store.get(a) is None and a not in store
+    assert (store.hits, store.misses, store.puts, store.evictions, store.corrupt) == (2, 2, 2, 0, 0)
+
+
+def test_put_replaces_and_used_bytes_counts_block_data(make_store: MakeStore) -> None:
+    store = make_store(fits(4))
+    a = bid(0)
+    store.put(a, b"x" * 1000)
+    store.put(a, b"y" * 300)
+    store.put(bid(1), bytearray(b"z" * 20))
+    assert store.get(a) == b"y" * 300 and store.get(bid(1)) == b"z" * 20
+    assert store.used_bytes() == 320
+
+
+def test_unknown_policy_and_negative_capacity_are_refused(make_store: MakeStore) -> None:
+    with pytest.raises(ValueError, match="unknown eviction policy 'fifo'"):
+        make_store(MiB, "fifo")
+    with pytest.raises(ValueError):
+        make_store(-1)
+    store = make_store(MiB)
+    with pytest.raises(ValueError):
+        store.set_capacity(-1)
+
+
+@pytest.mark.parametrize(("eviction", "victim"), [("lru", 0), ("lfu", 1)])
+def test_eviction_policies_pick_their_victim(make_store: MakeStore, eviction: str, victim: int) -> None:
+    store = make_store(fits(3), eviction)
+    for i in range(3):
+        store.put(*block(i))
+    # block 0 is read most often but longest ago; block 1 least often, last
+    for i in (0, 0, 0, 2, 2, 1):
+        assert store.get(bid(i)) is not None
+    store.put(*block(3))
+    assert [i for i in range(4) if bid(i) in store] == sorted({0, 1, 2, 3} - {victim})
+    assert store.evictions == 1
+    assert store.used_bytes() == 3 * B
+
+
+def test_lfu_keeps_the_frequently_read_through_a_scan(make_store: MakeStore) -> None:
+    store = make_store(fits(2), "lfu")
+    store.put(*block(0))
+    assert store.get(bid(0)) is not None
+    for i in range(1, 6):  # each newcomer gets in, and displaces the previous one
+        store.put(*block(i))
+        assert bid(i) in store and bid(0) in store
+    assert store.evictions == 4
+
+
+def test_lru_put_counts_as_a_use(make_store: MakeStore) -> None:
+    store = make_store(fits(2))
+    store.put(*block(0))
+    store.put(*block(1))
+    store.put(*block(0))  # rewritten: now the most recent
+    store.put(*block(2))
+    assert bid(0) in store and bid(1) not in store
+
+
+def test_capacity_changes_at_run_time(make_store: MakeStore) -> None:
+    store = make_store(fits(4))
+    for i in range(4):
+        store.put(*block(i))
+    for i in (2, 0, 3, 1):
+        store.get(bid(i))
+    store.set_capacity(fits(2))
+    assert store.capacity == fits(2)
+    assert [i for i in range(4) if bid(i) in store] == [1, 3]  # the two read last
+    assert store.evictions == 2
+    store.set_capacity(fits(5))
+    for i in range(5, 8):
+        store.put(*block(i))
+    assert store.used_bytes() == 5 * B and store.evictions == 2
+
+
+def test_a_block_larger_than_the_capacity_is_not_stored(make_store: MakeStore) -> None:
+    store = make_store(fits(1))
+    store.put(*block(0))
+    store.put(bid(1), b"x" * (2 * B))
+    assert bid(1) not in store and bid(0) in store and store.puts == 1
+    store.set_capacity(0)
+    assert store.used_bytes() == 0
+    store.put(bid(2), b"x")
+    assert bid(2) not in store
+
+
+def test_check_finds_nothing_in_a_healthy_store(make_store: MakeStore) -> None:
+    store = make_store(fits(2))
+    for i in range(3):
+        store.put(*block(i))
+    assert store.check() == []
+    assert store.check() == []
+
+
+def test_threads_share_a_store(make_store: MakeStore) -> None:
+    store = make_store(MiB)  # ~40 blocks of up to 64 KiB: both stores evict as they go
+    ids = [bid(i) for i in range(40)]
+
+    def work(n: int) -> None:
+        store.put(ids[n], content(ids[n]))
+        other = ids[n * 7 % len(ids)]
+        assert store.get(other) in (None, content(other))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(work, range(len(ids))))
+    assert all(store.get(i) in (None, content(i)) for i in ids)
+    assert store.puts == len(ids) and store.hits + store.misses == 2 * len(ids)
+    assert store.evictions > 0 and store.used_bytes() <= store.capacity
+    assert store.check() == []
+
+
+# ---------------------------------------------------------------- the disk store alone
+
+
+def block_files(directory: Path) -> list[Path]:
+    return sorted(directory.rglob("*.val"))
+
+
+def directory_size(directory: Path) -> int:
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
+
+
+def test_blocks_are_files_and_survive_a_restart(tmp_path: Path) -> None:
+    with closing(DiskBlockStore(tmp_path, fits(4))) as store:
+        for i in range(3):
+            store.put(*block(i))
+        assert len(store) == 3
+    assert [path.stat().st_size for path in block_files(tmp_path)] == [B] * 3
+    assert {path.read_bytes() for path in block_files(tmp_path)} == {block(i)[1] for i in range(3)}
+    with closing(DiskBlockStore(tmp_path, fits(4))) as store:
+        assert all(store.get(bid(i)) == block(i)[1] for i in range(3))
+        assert store.used_bytes() == 3 * B and store.check() == []
+    with closing(DiskBlockStore(tmp_path, fits(1))) as store:  # reopened smaller: evicts at once
+        assert len(store) == 1 and store.used_bytes() == B
+
+
+def test_a_corrupted_block_is_deleted_not_returned(tmp_path: Path) -> None:
+    with closing(DiskBlockStore(tmp_path, fits(4))) as store:
+        store.put(*block(0))
+        (path,) = block_files(tmp_path)
+        raw = bytearray(path.read_bytes())
+        raw[12345] ^= 0x01
+        path.write_bytes(raw)
+        assert store.get(bid(0)) is None
+        assert store.corrupt == 1 and store.misses == 1 and store.hits == 0
+        assert bid(0) not in store and block_files(tmp_path) == []
+        assert store.check() == []
+
+
+def test_check_repairs_torn_and_orphaned_files(tmp_path: Path) -> None:
+    with closing(DiskBlockStore(tmp_path, fits(4))) as store:
+        for i in range(3):
+            store.put(*block(i))
+        torn = next(p for p in block_files(tmp_path) if p.read_bytes() == block(1)[1])
+        with torn.open("r+b") as f:
+            f.truncate(B // 2)  # as a power cut after the index commit could leave it
+        orphan = tmp_path / "ab" / "cd" / "0123456789.val"
+        orphan.parent.mkdir(parents=True)
+        orphan.write_bytes(b"left by a put killed before its commit")
+        problems = store.check()
+        assert any("wrong file size" in p for p in problems)
+        assert any(f"corrupt block {bid(1).hex}" in p for p in problems)
+        assert any("unknown file" in p and "0123456789.val" in p for p in problems)
+        assert store.corrupt == 1 and not orphan.exists()
+        assert store.check() == []
+        assert [i for i in range(3) if store.get(bid(i)) == block(i)[1]] == [0, 2]
+
+
+def test_a_block_whose_file_vanished_is_a_miss(tmp_path: Path) -> None:
+    with closing(DiskBlockStore(tmp_path, fits(4))) as store:
+        store.put(*block(0))
+        block_files(tmp_path)[0].unlink()
+        assert store.get(bid(0)) is None and store.misses == 1
+        assert any("file not found" in p for p in store.check())
+        assert bid(0) not in store and store.check() == []
+
+
+def test_disk_usage_stays_within_capacity_plus_one_block(tmp_path: Path) -> None:
+    # the issue's check: capacity 64 MiB, 200 MiB of distinct 4 MiB blocks
+    capacity, size = 64 * MiB, 4 * MiB
+    data = {i: random.Random(i).randbytes(64 * 1024) * (size // (64 * 1024)) for i in range(50)}
+    with closing(DiskBlockStore(tmp_path, capacity)) as store:
+        for i in range(50):
+            store.put(bid(i), data[i])
+            assert directory_size(tmp_path) <= capacity + size, i
+            assert store.get(bid(i)) == data[i]
+        present = [i for i in range(50) if bid(i) in store]
+        assert all(store.get(bid(i)) == data[i] for i in present)
+        # evicted one block at a time: the store stays nearly full, not emptied in batches
+        assert store.used_bytes() == len(present) * size >= capacity - 2 * size
+        assert store.evictions == 50 - len(present)
+        assert store.check() == []
+
+
+_WRITER_IMPORTS = """
+import random, sys
+from cachetier.blocks import BlockId
+from cachetier.blockstore import DiskBlockStore
+"""
+_WRITER = """
+store = DiskBlockStore(sys.argv[1], int(sys.argv[2]))
+ids = [BlockId.of("bucket", "k", '"etag"', i) for i in range(int(sys.argv[3]))]
+rng = random.Random()
+for n in range(10**9):
+    block_id = rng.choice(ids)
+    store.put(block_id, content(block_id))
+    store.get(rng.choice(ids))
+    if n == 0:
+        print("writing", flush=True)  # at least one block is in
+"""
+
+
+def test_a_writer_killed_mid_put_leaves_no_wrong_block(tmp_path: Path) -> None:
+    # ~40 blocks of up to 64 KiB in 1 MiB of block space: puts, replacements and evictions
+    # all run when the kill lands.
+    script = _WRITER_IMPORTS + textwrap.dedent(inspect.getsource(content)) + _WRITER
+    capacity, count = SIDE_FILES_RESERVE + MiB, 40
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    rng = random.Random()
+    for _ in range(3):
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path), str(capacity), str(count)],
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        assert child.stdout is not None
+        try:
+            assert child.stdout.readline() == b"writing\n"
+            try:
+                child.wait(timeout=rng.uniform(0.02, 0.3))
+            except subprocess.TimeoutExpired:
+                pass
+        finally:
+            child.send_signal(signal.SIGKILL)
+            assert child.wait(timeout=30) == -signal.SIGKILL
+            child.stdout.close()
+    with closing(DiskBlockStore(tmp_path, capacity)) as store:
+        # a SIGKILL leaves at most files no row names (and their directories); check() removes
+        # them, and evicts what a killed put left over capacity
+        repaired = store.check()
+        assert all(p.startswith(("unknown file", "empty directory")) for p in repaired), repaired
+        assert store.check() == []
+        ids = [bid(i) for i in range(count)]
+        assert any(i in store for i in ids)
+        assert all(store.get(i) in (None, content(i)) for i in ids)
+        assert store.corrupt == 0  # a SIGKILL never tears a block: the checksum is the backstop
