@@ -54,7 +54,6 @@ from cachetier.conditions import Conditions
 from cachetier.dirlake_listing import list_objects_page, list_uploads_page
 from cachetier.errors import (
     BadDigest,
-    BucketAlreadyOwnedByYou,
     BucketNotEmpty,
     EntityTooLarge,
     EntityTooSmall,
@@ -625,11 +624,11 @@ class DirLake:
     def _create_bucket(self, bucket: str, location: str) -> None:
         # Built in .tmp and renamed into place: a bucket appears whole or not at all, and of
         # two racing creates exactly one rename wins (a non-empty target folder refuses it).
-        # AWS answers BucketAlreadyOwnedByYou when the owner re-creates a bucket; Ceph RGW
-        # answers 200 in us-east-1. We answer as AWS: the stricter answer is the portable one.
+        # Re-creating a bucket one owns answers 200 in us-east-1, on AWS (legacy behaviour) and
+        # on Ceph RGW alike; the folder lake has one owner, the gateway.
         final = self.root / bucket
         if (final / _BUCKET_META).exists():
-            raise BucketAlreadyOwnedByYou(resource=bucket)
+            return
         staging = self._tmp_path()
         (staging / "data").mkdir(parents=True)
         try:
@@ -644,7 +643,7 @@ class DirLake:
         except BaseException as exc:
             shutil.rmtree(staging, ignore_errors=True)
             if isinstance(exc, OSError) and exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
-                raise BucketAlreadyOwnedByYou(resource=bucket) from exc
+                return  # a racing create won: the bucket exists, which is what was asked
             raise
         _fsync_dir(self.root)
 

@@ -95,12 +95,13 @@ def attributes(headers: dict[str, str], *, with_checksums: bool = False) -> Obje
 
 
 def object_headers(info: ObjectInfo, req: S3Request, *, whole: bool) -> dict[str, str]:
-    """Response headers describing an object, as S3 sends them on GET and HEAD."""
+    """Response headers describing an object, as S3 sends them on GET and HEAD (names in
+    lower case, so that a response-* override replaces the stored header, not adds to it)."""
     h = {
-        "Last-Modified": http_date(info.last_modified),
-        "ETag": info.etag,
-        "Content-Type": info.content_type,
-        "Accept-Ranges": "bytes",
+        "last-modified": http_date(info.last_modified),
+        "etag": info.etag,
+        "content-type": info.content_type,
+        "accept-ranges": "bytes",
     }
     checksum_mode = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
     for name, value in info.headers.items():
@@ -115,14 +116,9 @@ def object_headers(info: ObjectInfo, req: S3Request, *, whole: bool) -> dict[str
     return h
 
 
-_OVERRIDES = {
-    "response-content-type": "Content-Type",
-    "response-content-language": "Content-Language",
-    "response-expires": "Expires",
-    "response-cache-control": "Cache-Control",
-    "response-content-disposition": "Content-Disposition",
-    "response-content-encoding": "Content-Encoding",
-}
+_OVERRIDES = {f"response-{name}": name for name in (
+    "content-type", "content-language", "expires", "cache-control", "content-disposition", "content-encoding"
+)}
 
 
 def copy_source(call: Call, *, with_range: bool) -> CopySource:

@@ -24,7 +24,7 @@ async def head_object(call: Call) -> Response:
     if rng is None:
         return Response(headers=headers, length=info.size)
     start, end = rng.resolve(info.size)
-    headers["Content-Range"] = f"bytes {start}-{end}/{info.size}"
+    headers["content-range"] = f"bytes {start}-{end}/{info.size}"
     return Response(status=206, headers=headers, length=end - start + 1)
 
 
@@ -38,7 +38,7 @@ async def get_object(call: Call) -> Response:
     if stream.content_range is None:
         return Response(headers=headers, stream=stream)
     start, end = stream.content_range
-    headers["Content-Range"] = f"bytes {start}-{end}/{stream.info.size}"
+    headers["content-range"] = f"bytes {start}-{end}/{stream.info.size}"
     return Response(status=206, headers=headers, stream=stream)
 
 

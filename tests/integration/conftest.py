@@ -1,0 +1,226 @@
+"""Integration tier: one boto3 conformance suite, run against several S3 endpoints.
+
+Like moto's boto3 suite rerun against a live server, every test takes the session-scoped,
+parametrised `target` fixture and runs once per endpoint:
+
+    rgw          Ceph RGW itself (S3_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)
+    gw-rgw       `lakegate serve` in front of that RGW
+    gw-dir       `lakegate serve` on its embedded folder lake (--lake dir:PATH)
+    gw-rgw-tls   gw-rgw over HTTPS (self-signed CA made with trustme)
+    gw-dir-tls   gw-dir over HTTPS
+
+The RGW answers are the reference: a test states what RGW does, so wherever lakegate in
+front of RGW answers differently, the test fails. Gateways are started lazily (only for
+the targets selected, e.g. `-k gw-dir`) and stopped at the end of the session.
+
+`pytest --target gw-dir --target rgw` runs only those targets (the option repeats).
+Without S3_ENDPOINT_URL the whole tier is skipped; `make test` starts a throwaway Ceph and
+sets it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trustme
+from helpers import (
+    ALICE,
+    TARGETS,
+    GatewayProcess,
+    Target,
+    empty_and_delete_bucket,
+    free_port,
+    gateway_environment,
+    unique_bucket_name,
+)
+
+_TARGET_FIXTURES = {
+    "rgw": "rgw_target",
+    "gw-rgw": "gateway_rgw_target",
+    "gw-dir": "gateway_dir_target",
+    "gw-rgw-tls": "gateway_rgw_tls_target",
+    "gw-dir-tls": "gateway_dir_tls_target",
+}
+
+# boto3/awscli settings from the environment that would change what the suite sends
+_AWS_CONFIG_VARIABLES = (
+    "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_CA_BUNDLE", "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3", "AWS_REQUEST_CHECKSUM_CALCULATION",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE",
+    "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _integration_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    if not os.environ.get("S3_ENDPOINT_URL"):
+        pytest.skip("S3_ENDPOINT_URL is not set: the integration tier needs a Ceph RGW "
+                    "(`make test` starts one; or source the s3.env that "
+                    "deploy/ceph/start-ceph.sh writes)")
+    # boto3 defaults only: no user config file, profile or overrides
+    empty = tmp_path_factory.mktemp("aws") / "config"
+    empty.write_text("")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in _AWS_CONFIG_VARIABLES:
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_CONFIG_FILE", str(empty))
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
+        yield
+
+
+@pytest.fixture(scope="session")
+def rgw_target() -> Target:
+    try:
+        return Target(
+            name="rgw",
+            endpoint_url=os.environ["S3_ENDPOINT_URL"].rstrip("/"),
+            access_key=os.environ["AWS_ACCESS_KEY_ID"],
+            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+            lake="rgw",
+            via_gateway=False,
+        )
+    except KeyError as exc:
+        pytest.fail(f"S3_ENDPOINT_URL is set but {exc.args[0]} is not")
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A throwaway CA and a server certificate for localhost / 127.0.0.1."""
+    folder = tmp_path_factory.mktemp("tls")
+    ca = trustme.CA()
+    server = ca.issue_cert("localhost", "127.0.0.1", "*.localhost")
+    files = {"ca": folder / "ca.pem", "cert": folder / "server.pem", "key": folder / "server.key"}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    server.private_key_pem.write_to_path(str(files["key"]))
+    with open(files["cert"], "wb") as out:  # leaf first, then the chain
+        out.writelines(blob.bytes() for blob in server.cert_chain_pems)
+    return {name: str(path) for name, path in files.items()}
+
+
+def _serve(tmp_path_factory: pytest.TempPathFactory, name: str, lake_args: list[str],
+           lake: str, tls: dict[str, str] | None) -> Iterator[Target]:
+    workdir = tmp_path_factory.mktemp(name)
+    tenants = workdir / "tenants.toml"
+    tenants.write_text(ALICE.to_toml())
+    args = [*lake_args, "--tenants", str(tenants), "--cache-dir", str(workdir / "cache")]
+    if tls:
+        args += ["--tls-cert", tls["cert"], "--tls-key", tls["key"]]
+    gateway = GatewayProcess(
+        args=args,
+        port=free_port(),
+        log_path=workdir / "lakegate.log",
+        ca_bundle=tls["ca"] if tls else None,
+        env=gateway_environment({"LAKEGATE_VIRTUAL_HOST_SUFFIXES": "localhost"}),
+    )
+    try:
+        gateway.start()
+        yield Target(
+            name=name,
+            endpoint_url=gateway.base_url,
+            access_key=ALICE.access_key,
+            secret_key=ALICE.secret_key,
+            lake=lake,
+            via_gateway=True,
+            ca_bundle=gateway.ca_bundle,
+            log_path=gateway.log_path,
+        )
+    finally:
+        gateway.stop()
+
+
+def _rgw_lake_args(rgw: Target) -> list[str]:
+    return ["--lake", rgw.endpoint_url,
+            "--lake-access-key", rgw.access_key, "--lake-secret-key", rgw.secret_key]
+
+
+def _dir_lake_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return ["--lake", f"dir:{tmp_path_factory.mktemp('dirlake')}"]
+
+
+@pytest.fixture(scope="session")
+def gateway_rgw_target(tmp_path_factory: pytest.TempPathFactory,
+                       rgw_target: Target) -> Iterator[Target]:
+    yield from _serve(tmp_path_factory, "gw-rgw", _rgw_lake_args(rgw_target), "rgw", None)
+
+
+@pytest.fixture(scope="session")
+def gateway_dir_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    yield from _serve(tmp_path_factory, "gw-dir", _dir_lake_args(tmp_path_factory), "dir", None)
+
+
+@pytest.fixture(scope="session")
+def gateway_rgw_tls_target(tmp_path_factory: pytest.TempPathFactory, rgw_target: Target,
+                           tls_files: dict[str, str]) -> Iterator[Target]:
+    yield from _serve(tmp_path_factory, "gw-rgw-tls", _rgw_lake_args(rgw_target), "rgw",
+                      tls_files)
+
+
+@pytest.fixture(scope="session")
+def gateway_dir_tls_target(tmp_path_factory: pytest.TempPathFactory,
+                           tls_files: dict[str, str]) -> Iterator[Target]:
+    yield from _serve(tmp_path_factory, "gw-dir-tls", _dir_lake_args(tmp_path_factory), "dir",
+                      tls_files)
+
+
+@pytest.fixture(scope="session", params=TARGETS)
+def target(request: pytest.FixtureRequest) -> Target:
+    """The endpoint under test; restrict a test with
+    `@pytest.mark.parametrize("target", [...], indirect=True)`."""
+    result: Target = request.getfixturevalue(_TARGET_FIXTURES[request.param])
+    return result
+
+
+@pytest.fixture(scope="session")
+def s3(target: Target) -> Iterator[Any]:
+    """boto3 S3 client for the target: default config, SigV4, path-style addressing."""
+    client = target.client()
+    yield client
+    client.close()  # before the gateway stops: no idle keep-alive connection holds it up
+
+
+@pytest.fixture(scope="session")
+def rgw_s3(rgw_target: Target) -> Iterator[Any]:
+    """boto3 S3 client straight to RGW: the reference a gateway answer is compared with."""
+    client = rgw_target.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def bucket(s3: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, uniquely named bucket on the target, emptied and deleted afterwards."""
+    name = unique_bucket_name(request.node.originalname.removeprefix("test_"))
+    s3.create_bucket(Bucket=name)
+    yield name
+    empty_and_delete_bucket(s3, name)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """On a failure against a gateway target, show the end of that gateway's log."""
+    report = yield
+    if report.failed:
+        target = getattr(item, "funcargs", {}).get("target")
+        if isinstance(target, Target) and target.log_tail():
+            report.sections.append((f"lakegate log, last lines ({target.log_path})",
+                                    target.log_tail(20)))
+    return report
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--target NAME`: deselect the other targets' runs."""
+    wanted = config.getoption("target")
+    if not wanted:
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("target") if callspec else None
+        (drop if name is not None and name not in wanted else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
