@@ -14,10 +14,17 @@ from datetime import timedelta
 import httpx
 from fastapi import FastAPI
 from fastapi.responses import Response as FastAPIResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+import time
+
+from cachetier.blockstore import DiskBlockStore
+from cachetier.cachedlake import CachedLake
+from cachetier.cachestats import CacheStats
 from cachetier.dirlake import DirLake
 from cachetier.lake import Lake
+from cachetier.readpath import ReadPath
+from gateway.metrics import CacheCollector
 from cachetier.s3lake import S3Lake
 from gateway.s3.frontend import S3Frontend
 from gateway.settings import Settings
@@ -38,6 +45,24 @@ def build_lake(settings: Settings) -> Lake:
     )
 
 
+def build_cache(settings: Settings, lake: Lake, stats: CacheStats) -> CachedLake:
+    """The L1 block cache in front of ``lake``: blocks on disk under ``cache_dir/l1``."""
+    store = DiskBlockStore(settings.cache_dir / "l1", int(settings.cache_capacity), settings.cache_eviction)
+    reads = ReadPath(
+        lake,
+        store,
+        stats,
+        block_size=int(settings.block_size),
+        meta_ttl=settings.meta_ttl,
+        readahead=settings.readahead,
+        max_cached_object=int(settings.cache_max_object_size),
+        clock=time.monotonic,
+    )
+    return CachedLake(
+        lake, reads, cache_on_write=settings.cache_on_write, cache_on_write_max=int(settings.cache_on_write_max)
+    )
+
+
 def _is_signed(scope: dict) -> bool:
     if b"X-Amz-Signature" in scope.get("query_string", b""):
         return True
@@ -49,7 +74,14 @@ class LakegateApp:
 
     def __init__(self, settings: Settings, *, lake: Lake | None = None, tenants: TenantDirectory | None = None):
         self.settings = settings
-        self.lake = lake if lake is not None else build_lake(settings)
+        self.stats = CacheStats()
+        self.lake_client = lake if lake is not None else build_lake(settings)
+        self.cached: CachedLake | None = None
+        self.lake: Lake = self.lake_client
+        if settings.cache:
+            self.cached = self.lake = build_cache(settings, self.lake_client, self.stats)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(CacheCollector(self.stats, self.cached.reads.store if self.cached else None))
         self.tenants = tenants if tenants is not None else TenantDirectory.load(settings.tenants_file)
         self.s3 = S3Frontend(
             self.lake,
@@ -78,13 +110,32 @@ class LakegateApp:
             return {
                 "lake": "s3" if self.settings.is_s3_lake else "dir",
                 "tenants": [t.name for t in self.tenants.tenants],
+                "cache": self._cache_stats(),
             }
 
         @api.get("/metrics")
         async def metrics() -> FastAPIResponse:
-            return FastAPIResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+            body = generate_latest() + generate_latest(self.registry)
+            return FastAPIResponse(body, media_type=CONTENT_TYPE_LATEST)
 
         return api
+
+    def _cache_stats(self) -> dict[str, object] | None:
+        if self.cached is None:
+            return None
+        store = self.cached.reads.store
+        return {
+            "per_tenant": self.stats.snapshot(),
+            "l1": {
+                "capacity_bytes": store.capacity,
+                "used_bytes": store.used_bytes(),
+                "hits": store.hits,
+                "misses": store.misses,
+                "evictions": store.evictions,
+                "corrupt": store.corrupt,
+            },
+            "metadata_entries": len(self.cached.reads.meta),
+        }
 
     async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
         if scope["type"] == "lifespan":

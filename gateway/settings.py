@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ByteSize, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -28,6 +28,15 @@ class Settings(BaseSettings):
     lake_max_connections: int = Field(64, ge=1)
     tenants_file: Path = Path("deploy/tenants.example.toml")
     cache_dir: Path = Path("var/cache")
+    cache: bool = True
+    cache_capacity: ByteSize = ByteSize(4 << 30)
+    cache_eviction: str = "lru"
+    block_size: ByteSize = ByteSize(4 << 20)
+    meta_ttl: float = Field(5.0, ge=0)
+    readahead: int = Field(2, ge=0, le=64)
+    cache_on_write: bool = True
+    cache_on_write_max: ByteSize = ByteSize(64 << 20)
+    cache_max_object_size: ByteSize = ByteSize(4 << 30)
     tls_cert: Path | None = None
     tls_key: Path | None = None
     virtual_host_suffixes: str = "localhost"
@@ -55,6 +64,20 @@ class Settings(BaseSettings):
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"lake must be dir:PATH or http(s)://host:port, got {v!r}")
+        return v
+
+    @field_validator("cache_eviction")
+    @classmethod
+    def _eviction(cls, v: str) -> str:
+        if v.lower() not in ("lru", "lfu"):
+            raise ValueError(f"cache_eviction must be lru or lfu, got {v!r}")
+        return v.lower()
+
+    @field_validator("block_size")
+    @classmethod
+    def _block_size(cls, v: ByteSize) -> ByteSize:
+        if not (64 << 10) <= v <= (64 << 20):
+            raise ValueError("block_size must be between 64KiB and 64MiB")
         return v
 
     @field_validator("log_level")

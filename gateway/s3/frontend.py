@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 from prometheus_client import Counter
 
+from cachetier import context
 from cachetier.lake import Lake
 from gateway.s3 import errors
 from gateway.s3.body import RequestBody
@@ -32,6 +33,12 @@ REQUESTS = Counter("lakegate_s3_requests_total", "S3 requests by operation and s
 ERRORS = Counter("lakegate_s3_errors_total", "S3 error responses by code", ["code"])
 
 _READ_OPERATIONS = frozenset({"GetObject", "HeadObject", "HeadBucket", "ListObjects", "ListObjectsV2"})
+
+
+def _no_cache(headers: dict[str, str]) -> bool:
+    """Cache-Control: no-cache (or Pragma: no-cache) on a request bypasses the cache."""
+    cc = headers.get("cache-control", "").lower()
+    return "no-cache" in cc or "no-store" in cc or headers.get("pragma", "").lower() == "no-cache"
 
 
 def utcnow() -> datetime:
@@ -113,6 +120,9 @@ class S3Frontend:
                 raise errors.InvalidAccessKeyId()
         if req.bucket and not req.tenant.may_use(req.bucket):
             raise errors.AccessDenied(resource=req.resource)
+        # on a PUT, Cache-Control is the object's own header, not a directive to us
+        no_cache = req.method in ("GET", "HEAD") and _no_cache(req.headers)
+        context.current.set(context.RequestContext(req.tenant.name, no_cache=no_cache))
         body.authenticated(auth)
         return await HANDLERS[req.operation](Call(self.lake, req, body, req.tenant))
 

@@ -1,0 +1,166 @@
+"""``CachedLake``: a ``Lake`` that serves reads through the block cache (``ReadPath``) and keeps
+it coherent on writes. The S3 handlers call it like any lake and know nothing of caching.
+
+Writes go to the lake as before (write-through). Every write or delete of a key invalidates
+its cached metadata at once; blocks need no invalidation, since they are keyed by ETag and a
+new object has a new ETag. With ``cache_on_write``, a PUT whose body fits ``cache_on_write_max``
+is kept in memory while it streams to the lake and, once the lake has answered with its ETag,
+enters L1 as blocks, so a job reading its own output hits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from cachetier.blocks import BlockId
+from cachetier.conditions import Conditions
+from cachetier.context import current
+from cachetier.lake import (
+    Body,
+    BucketInfo,
+    CopySource,
+    DeleteOutcome,
+    Lake,
+    ListPage,
+    ListQuery,
+    ObjectAttributes,
+    ObjectInfo,
+    ObjectStream,
+    PartsPage,
+    UploadsPage,
+    UploadsQuery,
+    WriteResult,
+)
+from cachetier.ranges import ByteRange
+from cachetier.readpath import ReadPath
+
+
+class CachedLake:
+    def __init__(self, lake: Lake, reads: ReadPath, *, cache_on_write: bool = True, cache_on_write_max: int = 64 << 20):
+        self.lake = lake
+        self.reads = reads
+        self.cache_on_write = cache_on_write
+        self.cache_on_write_max = cache_on_write_max
+
+    # ---- reads through the cache -----------------------------------------------------------
+
+    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
+        return await self.reads.head(bucket, key)
+
+    async def get_object(
+        self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()
+    ) -> ObjectStream:
+        return await self.reads.open(bucket, key, range, conditions)
+
+    # ---- writes: through to the lake, then invalidate (and maybe fill L1) -------------------
+
+    async def put_object(
+        self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes, content_md5: str | None = None
+    ) -> WriteResult:
+        self.reads.invalidate(bucket, key)
+        keep = self.cache_on_write and 0 < length <= self.cache_on_write_max and not current.get().no_cache
+        kept: list[bytes] = []
+        try:
+            result = await self.lake.put_object(
+                bucket, key, _tee(body, kept) if keep else body, length, attrs, content_md5
+            )
+        finally:
+            self.reads.invalidate(bucket, key)
+        if keep and sum(map(len, kept)) == length:
+            await asyncio.to_thread(self._store_blocks, bucket, key, result.etag, b"".join(kept))
+        return result
+
+    def _store_blocks(self, bucket: str, key: str, etag: str, data: bytes) -> None:
+        size = self.reads.block_size
+        for index, start in enumerate(range(0, len(data), size)):
+            self.reads.store.put(BlockId.of(bucket, key, etag, index, size), data[start : start + size])
+        self.reads.stats.add(current.get().tenant, "write_blocks", (len(data) + size - 1) // size)
+
+    async def copy_object(
+        self, source: CopySource, bucket: str, key: str, attrs: ObjectAttributes | None = None
+    ) -> WriteResult:
+        try:
+            return await self.lake.copy_object(source, bucket, key, attrs)
+        finally:
+            self.reads.invalidate(bucket, key)
+
+    async def delete_object(self, bucket: str, key: str) -> None:
+        try:
+            await self.lake.delete_object(bucket, key)
+        finally:
+            self.reads.invalidate(bucket, key)
+
+    async def delete_objects(self, bucket: str, keys: list[str]) -> list[DeleteOutcome]:
+        try:
+            return await self.lake.delete_objects(bucket, keys)
+        finally:
+            for key in keys:
+                self.reads.invalidate(bucket, key)
+
+    async def complete_multipart_upload(
+        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
+    ) -> WriteResult:
+        try:
+            return await self.lake.complete_multipart_upload(bucket, key, upload_id, parts)
+        finally:
+            self.reads.invalidate(bucket, key)
+
+    async def delete_bucket(self, bucket: str) -> None:
+        try:
+            await self.lake.delete_bucket(bucket)
+        finally:
+            self.reads.meta.invalidate_bucket(bucket)
+
+    # ---- everything else: straight to the lake ----------------------------------------------
+
+    async def list_buckets(self) -> list[BucketInfo]:
+        return await self.lake.list_buckets()
+
+    async def create_bucket(self, bucket: str, location: str | None = None) -> None:
+        await self.lake.create_bucket(bucket, location)
+
+    async def head_bucket(self, bucket: str) -> None:
+        await self.lake.head_bucket(bucket)
+
+    async def bucket_location(self, bucket: str) -> str:
+        return await self.lake.bucket_location(bucket)
+
+    async def list_objects(self, bucket: str, query: ListQuery) -> ListPage:
+        return await self.lake.list_objects(bucket, query)
+
+    async def create_multipart_upload(self, bucket: str, key: str, attrs: ObjectAttributes) -> str:
+        return await self.lake.create_multipart_upload(bucket, key, attrs)
+
+    async def upload_part(
+        self, bucket: str, key: str, upload_id: str, part_number: int, body: Body, length: int,
+        content_md5: str | None = None,
+    ) -> WriteResult:
+        return await self.lake.upload_part(bucket, key, upload_id, part_number, body, length, content_md5)
+
+    async def upload_part_copy(
+        self, source: CopySource, bucket: str, key: str, upload_id: str, part_number: int
+    ) -> WriteResult:
+        return await self.lake.upload_part_copy(source, bucket, key, upload_id, part_number)
+
+    async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
+        await self.lake.abort_multipart_upload(bucket, key, upload_id)
+
+    async def list_parts(
+        self, bucket: str, key: str, upload_id: str, max_parts: int = 1000, part_number_marker: int = 0
+    ) -> PartsPage:
+        return await self.lake.list_parts(bucket, key, upload_id, max_parts, part_number_marker)
+
+    async def list_multipart_uploads(self, bucket: str, query: UploadsQuery) -> UploadsPage:
+        return await self.lake.list_multipart_uploads(bucket, query)
+
+    async def aclose(self) -> None:
+        await self.reads.aclose()
+        self.reads.store.close()
+        await self.lake.aclose()
+
+
+async def _tee(body: Body, kept: list[bytes]) -> AsyncIterator[bytes]:
+    async for chunk in body:
+        kept.append(chunk)
+        yield chunk

@@ -1,0 +1,297 @@
+"""The read path (D3N's L1): a byte range -> the blocks that cover it -> each from L1 or, on a
+miss, one ranged lake GET of exactly that block, streamed to the client as it arrives.
+
+- Single flight: concurrent readers of a block that is on its way from the lake join that one
+  fetch (``BlockFetch``) and read its bytes as they arrive; the fetch runs as its own task, so a
+  reader that goes away does not cancel it for the others.
+- Read-ahead: while block i is served, blocks i+1..i+N of the range are fetched; a request that
+  continues where the previous one on the same object ended is sequential, and gets N blocks
+  past its own end fetched too.
+- Consistency: blocks are keyed by ETag, and every block GET carries ``If-Match: <etag>``; an
+  object changed in the lake under a cached ETag fails that GET (412) instead of mixing bytes.
+  Before the first byte is sent, that retries once with fresh metadata; after it, the response
+  is cut (the client sees a broken transfer, never wrong bytes).
+- Memory: at most the blocks in flight (readers x (1 + read-ahead)) are held, never an object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+
+from cachetier.blocks import BlockId, block_bounds, block_span
+from cachetier.blockstore import BlockStore
+from cachetier.cachestats import CacheStats
+from cachetier.conditions import Conditions
+from cachetier.context import RequestContext, current
+from cachetier.errors import NoSuchKey, PreconditionFailed, ServiceUnavailable
+from cachetier.lake import Lake, ObjectInfo, ObjectStream
+from cachetier.metacache import MetadataCache
+from cachetier.ranges import ByteRange
+
+log = logging.getLogger("lakegate.readpath")
+
+# L1 reads of blocks up to this size run on the event loop: a thread hop costs more than
+# reading a small file from the page cache.
+_INLINE_READ = 256 * 1024
+
+
+class ObjectChanged(ServiceUnavailable):
+    """The lake's object no longer has the ETag its cached metadata says (a retryable 503:
+    SDKs retry it, and the retry sees the new object)."""
+
+    message = "The object changed in the lake while it was being read. Please retry."
+
+
+class BlockFetch:
+    """One block on its way from the lake, readable by any number of readers as it arrives."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.done = False
+        self.error: BaseException | None = None
+        self._changed = asyncio.Event()
+
+    def feed(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+        self._wake()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        self.done, self.error = True, error
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def read(self, start: int, stop: int) -> AsyncIterator[bytes]:
+        """Bytes [start, stop) of the block, as soon as they have arrived."""
+        i = offset = 0
+        while True:
+            changed = self._changed
+            while i < len(self.chunks):
+                chunk = self.chunks[i]
+                lo, hi = max(start, offset), min(stop, offset + len(chunk))
+                if lo < hi:
+                    yield chunk[lo - offset : hi - offset]
+                offset += len(chunk)
+                i += 1
+                if offset >= stop:
+                    return
+            if self.error is not None:
+                raise self.error
+            if self.done:
+                raise ObjectChanged(f"block ended after {offset} bytes, wanted {stop}")
+            await changed.wait()
+
+
+class ReadPath:
+    def __init__(
+        self,
+        lake: Lake,
+        store: BlockStore,
+        stats: CacheStats,
+        *,
+        block_size: int,
+        meta_ttl: float,
+        readahead: int = 2,
+        max_cached_object: int = 4 << 30,
+        clock: Callable[[], float],
+    ) -> None:
+        self.lake = lake
+        self.store = store
+        self.stats = stats
+        self.block_size = block_size
+        self.readahead = readahead
+        self.max_cached_object = max_cached_object
+        self.meta = MetadataCache(meta_ttl, clock)
+        self._fetches: dict[BlockId, BlockFetch] = {}
+        self._heads: dict[tuple[str, str], asyncio.Future[ObjectInfo]] = {}
+        self._next_block: OrderedDict[tuple[str, str, str], int] = OrderedDict()  # sequential readers
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ---- metadata ---------------------------------------------------------------------------
+
+    async def head(self, bucket: str, key: str) -> ObjectInfo:
+        ctx = current.get()
+        if not ctx.no_cache:
+            info = self.meta.get(bucket, key)
+            if info is not None:
+                self.stats.add(ctx.tenant, "meta_hits")
+                return info
+        self.stats.add(ctx.tenant, "meta_misses")
+        pending = self._heads.get((bucket, key))
+        if pending is None:  # single flight for HEADs too: 16 cold readers, one lake HEAD
+            pending = asyncio.ensure_future(self._head(bucket, key))
+            self._heads[(bucket, key)] = pending
+            pending.add_done_callback(lambda _: self._heads.pop((bucket, key), None))
+        return await asyncio.shield(pending)
+
+    async def _head(self, bucket: str, key: str) -> ObjectInfo:
+        info = await self.lake.head_object(bucket, key)
+        self.meta.put(info)
+        return info
+
+    def invalidate(self, bucket: str, key: str) -> None:
+        self.meta.invalidate(bucket, key)
+
+    # ---- GET --------------------------------------------------------------------------------
+
+    async def open(self, bucket: str, key: str, rng: ByteRange | None, conditions: Conditions) -> ObjectStream:
+        ctx = current.get()
+        if ctx.no_cache:
+            return await self._bypass(bucket, key, rng, conditions, ctx)
+        for attempt in (1, 2):
+            info = await self.head(bucket, key)
+            if info.size > self.max_cached_object:
+                return await self._bypass(bucket, key, rng, conditions, ctx)
+            conditions.check(info.etag, info.last_modified)
+            content_range = rng.resolve(info.size) if rng is not None else None
+            if info.size == 0:
+                return ObjectStream(info, None, _empty())
+            start, end = content_range or (0, info.size - 1)
+            body = self._stream(info, start, end, ctx)
+            try:  # the first piece before any header is sent: a stale ETag can still be retried
+                first = await anext(body)
+            except (ObjectChanged, PreconditionFailed, NoSuchKey) as exc:
+                await body.aclose()
+                self.meta.invalidate(bucket, key)
+                if attempt == 2 or isinstance(exc, NoSuchKey):
+                    raise NoSuchKey() if isinstance(exc, NoSuchKey) else ObjectChanged(str(exc)) from exc
+                continue
+            return ObjectStream(info, content_range, _prepend(first, body))
+        raise AssertionError("unreachable")
+
+    async def _bypass(
+        self, bucket: str, key: str, rng: ByteRange | None, conditions: Conditions, ctx: RequestContext
+    ) -> ObjectStream:
+        stream = await self.lake.get_object(bucket, key, rng, conditions)
+        self.stats.add(ctx.tenant, "bypass")
+        self.stats.add(ctx.tenant, "bytes_bypassed", stream.length)
+        return stream
+
+    async def _stream(self, info: ObjectInfo, start: int, end: int, ctx: RequestContext) -> AsyncIterator[bytes]:
+        span = block_span(start, end, self.block_size)
+        ahead_limit = self._sequential_limit(info, span)
+        for index in span:
+            self._prefetch(info, index + 1, min(index + self.readahead, ahead_limit), ctx)
+            lo, hi = block_bounds(index, info.size, self.block_size)
+            a, b = max(start, lo) - lo, min(end, hi) - lo + 1
+            bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
+            data = await self._l1(bid, hi - lo + 1)
+            if data is not None:
+                self.stats.add(ctx.tenant, "hits")
+                self.stats.add(ctx.tenant, "bytes_from_l1", b - a)
+                yield data[a:b] if (a, b) != (0, len(data)) else data
+                continue
+            fetch = self._fetches.get(bid)
+            if fetch is not None:
+                self.stats.add(ctx.tenant, "coalesced")
+            else:
+                self.stats.add(ctx.tenant, "misses")
+                fetch = self._start_fetch(info, index, bid, ctx)
+            async for piece in fetch.read(a, b):
+                self.stats.add(ctx.tenant, "bytes_from_lake", len(piece))
+                yield piece
+
+    def _sequential_limit(self, info: ObjectInfo, span: range) -> int:
+        """The last block index read-ahead may reach: the range's own last block, or N blocks
+        past it when this request continues where the previous one on the object ended."""
+        tag = (info.bucket, info.key, info.etag)
+        expected = self._next_block.pop(tag, None)
+        self._next_block[tag] = span[-1] + 1
+        if len(self._next_block) > 10_000:
+            self._next_block.popitem(last=False)
+        last_block = (info.size - 1) // self.block_size
+        if expected is not None and span[0] in (expected - 1, expected):
+            return min(span[-1] + self.readahead, last_block)
+        return span[-1]
+
+    async def _l1(self, bid: BlockId, length: int) -> bytes | None:
+        if length <= _INLINE_READ:
+            return self.store.get(bid)
+        return await asyncio.to_thread(self.store.get, bid)
+
+    def _prefetch(self, info: ObjectInfo, first: int, last: int, ctx: RequestContext) -> None:
+        for index in range(first, last + 1):
+            bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
+            if bid not in self._fetches:
+                self._spawn(self._prefetch_one(info, index, bid, ctx))
+
+    async def _prefetch_one(self, info: ObjectInfo, index: int, bid: BlockId, ctx: RequestContext) -> None:
+        if bid in self._fetches or await asyncio.to_thread(self.store.__contains__, bid):
+            return
+        if bid not in self._fetches:
+            self.stats.add(ctx.tenant, "prefetches")
+            self._start_fetch(info, index, bid, ctx)
+
+    def _start_fetch(self, info: ObjectInfo, index: int, bid: BlockId, ctx: RequestContext) -> BlockFetch:
+        fetch = BlockFetch()
+        self._fetches[bid] = fetch
+        self._spawn(self._run_fetch(info, index, bid, fetch, ctx))
+        return fetch
+
+    async def _run_fetch(self, info: ObjectInfo, index: int, bid: BlockId, fetch: BlockFetch, ctx: RequestContext) -> None:
+        """Fetch one block into ``fetch`` and then into L1. The entry stays in ``_fetches``
+        until the block is stored, so no reader can miss both and fetch it a second time."""
+        try:
+            data = await asyncio.to_thread(self.store.get, bid)  # stored while we looked?
+            if data is None:
+                data = await self._from_lake(info, index, fetch, ctx)
+            else:
+                fetch.feed(data)
+            fetch.finish()
+            if fetch.size == len(data) and not self.store.__contains__(bid):
+                await asyncio.to_thread(self.store.put, bid, data)
+        except BaseException as exc:  # noqa: BLE001 - handed to every reader of this block
+            if isinstance(exc, PreconditionFailed):
+                self.meta.invalidate(info.bucket, info.key)
+            fetch.finish(exc if isinstance(exc, Exception) else ObjectChanged("fetch cancelled"))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._fetches.pop(bid, None)
+
+    async def _from_lake(self, info: ObjectInfo, index: int, fetch: BlockFetch, ctx: RequestContext) -> bytes:
+        lo, hi = block_bounds(index, info.size, self.block_size)
+        self.stats.add(ctx.tenant, "lake_gets")
+        stream = await self.lake.get_object(
+            info.bucket, info.key, ByteRange(first=lo, last=hi), Conditions(if_match=info.etag)
+        )
+        try:
+            async for chunk in stream.body:
+                fetch.feed(chunk)
+                self.stats.add(ctx.tenant, "lake_bytes", len(chunk))
+        finally:
+            await stream.aclose()
+        if fetch.size != hi - lo + 1:
+            raise ObjectChanged(f"lake sent {fetch.size} bytes for block {index}, expected {hi - lo + 1}")
+        return b"".join(fetch.chunks)
+
+    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _empty() -> AsyncIterator[bytes]:
+    return
+    yield b""  # an async generator that yields nothing
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        yield first
+        async for piece in rest:
+            yield piece
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]
