@@ -146,7 +146,12 @@ class ReadPath:
         if ctx.no_cache:
             return await self._bypass(bucket, key, rng, conditions, ctx)
         for attempt in (1, 2):
-            info = await self.head(bucket, key)
+            try:
+                info = await self.head(bucket, key)
+            except NoSuchKey:
+                # A HEAD's 404 has no body: it cannot tell a missing key from a missing bucket.
+                # A plain GET answers with the lake's own error (or the object, if it just came).
+                return await self._bypass(bucket, key, rng, conditions, ctx)
             if info.size > self.max_cached_object:
                 return await self._bypass(bucket, key, rng, conditions, ctx)
             conditions.check(info.etag, info.last_modified)
@@ -160,8 +165,8 @@ class ReadPath:
             except (ObjectChanged, PreconditionFailed, NoSuchKey) as exc:
                 await body.aclose()
                 self.meta.invalidate(bucket, key)
-                if attempt == 2 or isinstance(exc, NoSuchKey):
-                    raise NoSuchKey() if isinstance(exc, NoSuchKey) else ObjectChanged(str(exc)) from exc
+                if attempt == 2:
+                    raise ObjectChanged(str(exc)) from exc
                 continue
             return ObjectStream(info, content_range, _prepend(first, body))
         raise AssertionError("unreachable")
