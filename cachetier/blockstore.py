@@ -112,6 +112,7 @@ class DiskBlockStore(_Statistics):
         policy = _policy_name(eviction)
         self._capacity = _checked_capacity(capacity_bytes)
         self._evict_lock = threading.Lock()
+        self._put_lock = threading.Lock()
         with _index_errors():
             self._cache = diskcache.Cache(
                 os.fspath(directory),
@@ -167,7 +168,11 @@ class DiskBlockStore(_Statistics):
             return
         if type(data) is not bytes:
             data = bytes(data)  # diskcache pickles anything else (bytearray, memoryview)
-        with _index_errors():
+        # One writer at a time, and room is made before the bytes land: concurrent puts (read
+        # misses, read-ahead) would otherwise each write first and evict after, overshooting
+        # the capacity by a block per writer.
+        with _index_errors(), self._put_lock:
+            self._evict_to_capacity(reserve=len(data))
             self._cache.set(block_id.hex, data, tag=_checksum_tag(data))
             self._count("puts")
             self._evict_to_capacity(keep=block_id.hex)
@@ -217,7 +222,7 @@ class DiskBlockStore(_Statistics):
     def _size_limit(self) -> int:
         return max(self._capacity - SIDE_FILES_RESERVE, 0)
 
-    def _evict_to_capacity(self, keep: str | None = None) -> None:
+    def _evict_to_capacity(self, keep: str | None = None, reserve: int = 0) -> None:
         # diskcache culls cull_limit blocks at once when volume() reaches size_limit, and
         # cull() in tens: either would empty 40 MiB to make room for 4. So blocks leave one at
         # a time, in diskcache's policy order, never the block just put (else LFU would evict
@@ -225,7 +230,7 @@ class DiskBlockStore(_Statistics):
         template = diskcache.EVICTION_POLICY[self._cache.eviction_policy]["cull"]
         select = template.format(fields="key", now=0)
         with self._evict_lock:
-            while self._cache.volume() > self._size_limit():
+            while self._cache.volume() + reserve > self._size_limit():
                 victims = [k for (k,) in self._query(select, 2) if k != keep]
                 if not victims:
                     return

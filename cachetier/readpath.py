@@ -45,6 +45,13 @@ class ObjectChanged(ServiceUnavailable):
     message = "The object changed in the lake while it was being read. Please retry."
 
 
+class _HeadFlight:
+    """A HEAD on its way to the lake, shared by the readers that need it."""
+
+    future: asyncio.Future[ObjectInfo]
+    stale = False  # the key was written meanwhile: do not cache the answer
+
+
 class BlockFetch:
     """One block on its way from the lake, readable by any number of readers as it arrives."""
 
@@ -110,8 +117,8 @@ class ReadPath:
         self.max_cached_object = max_cached_object
         self.meta = MetadataCache(meta_ttl, clock)
         self._fetches: dict[BlockId, BlockFetch] = {}
-        self._heads: dict[tuple[str, str], asyncio.Future[ObjectInfo]] = {}
-        self._next_block: OrderedDict[tuple[str, str, str], int] = OrderedDict()  # sequential readers
+        self._heads: dict[tuple[str, str], _HeadFlight] = {}
+        self._next_offset: OrderedDict[tuple[str, str, str], int] = OrderedDict()  # sequential readers
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ---- metadata ---------------------------------------------------------------------------
@@ -124,20 +131,30 @@ class ReadPath:
                 self.stats.add(ctx.tenant, "meta_hits")
                 return info
         self.stats.add(ctx.tenant, "meta_misses")
-        pending = self._heads.get((bucket, key))
-        if pending is None:  # single flight for HEADs too: 16 cold readers, one lake HEAD
-            pending = asyncio.ensure_future(self._head(bucket, key))
-            self._heads[(bucket, key)] = pending
-            pending.add_done_callback(lambda _: self._heads.pop((bucket, key), None))
-        return await asyncio.shield(pending)
+        flight = self._heads.get((bucket, key))
+        if flight is None:  # single flight for HEADs too: 16 cold readers, one lake HEAD
+            flight = _HeadFlight()
+            flight.future = asyncio.ensure_future(self._head(bucket, key, flight))
+            self._heads[(bucket, key)] = flight
+        return await asyncio.shield(flight.future)
 
-    async def _head(self, bucket: str, key: str) -> ObjectInfo:
-        info = await self.lake.head_object(bucket, key)
-        self.meta.put(info)
+    async def _head(self, bucket: str, key: str, flight: _HeadFlight) -> ObjectInfo:
+        try:
+            info = await self.lake.head_object(bucket, key)
+        finally:
+            if self._heads.get((bucket, key)) is flight:
+                del self._heads[(bucket, key)]
+        if not flight.stale:  # a write while the HEAD was out: its answer may predate the write
+            self.meta.put(info)
         return info
 
     def invalidate(self, bucket: str, key: str) -> None:
+        """Forget the key's metadata, and any HEAD in flight for it: a read that starts after a
+        write must not join a HEAD that may have been answered before the write."""
         self.meta.invalidate(bucket, key)
+        flight = self._heads.pop((bucket, key), None)
+        if flight is not None:
+            flight.stale = True
 
     # ---- GET --------------------------------------------------------------------------------
 
@@ -181,7 +198,7 @@ class ReadPath:
 
     async def _stream(self, info: ObjectInfo, start: int, end: int, ctx: RequestContext) -> AsyncIterator[bytes]:
         span = block_span(start, end, self.block_size)
-        ahead_limit = self._sequential_limit(info, span)
+        ahead_limit = self._sequential_limit(info, start, end, span)
         for index in span:
             self._prefetch(info, index + 1, min(index + self.readahead, ahead_limit), ctx)
             lo, hi = block_bounds(index, info.size, self.block_size)
@@ -203,17 +220,16 @@ class ReadPath:
                 self.stats.add(ctx.tenant, "bytes_from_lake", len(piece))
                 yield piece
 
-    def _sequential_limit(self, info: ObjectInfo, span: range) -> int:
+    def _sequential_limit(self, info: ObjectInfo, start: int, end: int, span: range) -> int:
         """The last block index read-ahead may reach: the range's own last block, or N blocks
-        past it when this request continues where the previous one on the object ended."""
+        past it when this request starts exactly where the previous one on the object ended."""
         tag = (info.bucket, info.key, info.etag)
-        expected = self._next_block.pop(tag, None)
-        self._next_block[tag] = span[-1] + 1
-        if len(self._next_block) > 10_000:
-            self._next_block.popitem(last=False)
-        last_block = (info.size - 1) // self.block_size
-        if expected is not None and span[0] in (expected - 1, expected):
-            return min(span[-1] + self.readahead, last_block)
+        expected = self._next_offset.pop(tag, None)
+        self._next_offset[tag] = end + 1
+        if len(self._next_offset) > 10_000:
+            self._next_offset.popitem(last=False)
+        if expected == start:
+            return min(span[-1] + self.readahead, (info.size - 1) // self.block_size)
         return span[-1]
 
     async def _l1(self, bid: BlockId, length: int) -> bytes | None:

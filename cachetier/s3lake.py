@@ -70,6 +70,8 @@ from cachetier.ranges import ByteRange
 # process, and the lake client is the only one on the data path.
 httpcore._async.http11.AsyncHTTP11Connection.READ_NUM_BYTES = 1 << 20
 
+_USER_AGENT = b"lakegate"
+
 _DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 # Statuses of a failing lake: retried when the request may be repeated, then 503.
@@ -123,7 +125,7 @@ class S3Lake:
             trust_env=False,
             follow_redirects=False,
             # Bodies are passed through as stored; never ask for a transfer encoding.
-            headers={"accept-encoding": "identity", "user-agent": "lakegate"},
+            headers={"accept-encoding": "identity", "user-agent": _USER_AGENT.decode()},
         )
 
     async def aclose(self) -> None:
@@ -445,6 +447,10 @@ class S3Lake:
         for name, value in aws.headers.items():
             if name.lower() not in wire:
                 wire[name.lower()] = value.encode("ascii")
+        # unsigned, and not added by httpx for a Request sent as is: bodies pass through as
+        # stored (no transfer compression), and the lake's log can tell lakegate's requests
+        wire.setdefault("accept-encoding", b"identity")
+        wire.setdefault("user-agent", _USER_AGENT)
         # httpx drops "." and ".." path segments (legal in S3 keys); escaped, they reach the
         # lake, which decodes the path before checking the signature over it.
         url = httpx.URL(self._origin + _escape_dot_segments(path) + suffix)

@@ -1,0 +1,676 @@
+"""The read path and write-through without a network: ReadPath and CachedLake over an in-memory
+lake (``MemoryLake`` below) or DirLake (every test that takes the ``lake`` fixture runs on
+both, which checks the twin against the real thing), with the in-memory block store, a wrapper that counts
+(and can hold) lake calls, and an injected clock. Sync tests drive the async code with
+asyncio.run; the block size is 1 KiB, so objects of a few KiB cross many blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cachetier.blocks import BlockId
+from cachetier.blockstore import MemoryBlockStore
+from cachetier.cachedlake import CachedLake
+from cachetier.cachestats import CacheStats
+from cachetier.conditions import Conditions
+from cachetier.context import RequestContext, current
+from cachetier.dirlake import DirLake
+from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
+from cachetier.lake import (
+    Body,
+    Lake,
+    ObjectAttributes,
+    ObjectInfo,
+    ObjectStream,
+    WriteResult,
+)
+from cachetier.ranges import ByteRange
+from cachetier.readpath import ObjectChanged, ReadPath
+
+T = TypeVar("T")
+BS = 1024  # block size
+B = "bkt"
+TENANT = "t"
+
+
+# ---- lakes -------------------------------------------------------------------------------------
+
+
+class MemoryLake:
+    """The part of the Lake contract ReadPath and CachedLake use, in memory: quoted MD5 ETags,
+    Range and If-Match evaluated as S3 does (conditions first), bodies in small chunks."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], tuple[bytes, ObjectInfo]] = {}
+        self._generation = 0
+
+    async def create_bucket(self, bucket: str, location: str | None = None) -> None:
+        pass
+
+    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
+        try:
+            return self.objects[(bucket, key)][1]
+        except KeyError:
+            raise NoSuchKey(resource=key) from None
+
+    async def get_object(
+        self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()
+    ) -> ObjectStream:
+        info = await self.head_object(bucket, key)
+        data = self.objects[(bucket, key)][0]
+        conditions.check(info.etag, info.last_modified)
+        content_range = range.resolve(info.size) if range is not None else None
+        start, end = content_range or (0, info.size - 1)
+        return ObjectStream(info, content_range, _chunked(data[start : end + 1]))
+
+    async def put_object(
+        self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes,
+        content_md5: str | None = None,
+    ) -> WriteResult:
+        data = b"".join([chunk async for chunk in body])
+        assert len(data) == length
+        self._generation += 1
+        info = ObjectInfo(bucket, key, len(data), f'"{hashlib.md5(data).hexdigest()}"',
+                          datetime(2026, 1, 1, 0, 0, self._generation % 60, tzinfo=UTC))
+        self.objects[(bucket, key)] = (data, info)
+        return WriteResult(etag=info.etag, last_modified=info.last_modified)
+
+    async def delete_object(self, bucket: str, key: str) -> None:
+        self.objects.pop((bucket, key), None)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def _chunked(data: bytes, size: int = 300) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), size):
+        await asyncio.sleep(0)  # let other readers in between chunks
+        yield data[start : start + size]
+
+
+class CountingLake:
+    """Wraps a lake: records HEADs and GETs (the Range header sent, None for a whole object),
+    and holds GETs or HEADs while ``hold_gets`` / ``hold_heads`` is set and not released. A held
+    HEAD has its answer already: the lake answered, the answer is on its way."""
+
+    def __init__(self, lake: Any) -> None:
+        self.lake = lake
+        self.heads: list[str] = []
+        self.answered_heads = 0
+        self.gets: list[tuple[str, str | None]] = []
+        self.hold_gets: asyncio.Event | None = None
+        self.hold_heads: asyncio.Event | None = None
+
+    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
+        self.heads.append(key)
+        info: ObjectInfo = await self.lake.head_object(bucket, key)
+        self.answered_heads += 1
+        if self.hold_heads is not None:
+            await self.hold_heads.wait()
+        return info
+
+    async def get_object(
+        self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()
+    ) -> ObjectStream:
+        self.gets.append((key, range.header() if range is not None else None))
+        if self.hold_gets is not None:
+            await self.hold_gets.wait()
+        stream: ObjectStream = await self.lake.get_object(bucket, key, range, conditions)
+        return stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.lake, name)
+
+
+@pytest.fixture(params=["memory", "dir"])
+def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CountingLake]:
+    """A counting wrapper around each kind of lake, with bucket ``B``."""
+    inner: Any = MemoryLake() if request.param == "memory" else DirLake(tmp_path / "lake")
+    asyncio.run(inner.create_bucket(B))
+    yield CountingLake(inner)
+    asyncio.run(inner.aclose())
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _reads(lake: Any, *, ttl: float = 60.0, readahead: int = 2, clock: Callable[[], float] | None = None,
+           block_size: int = BS) -> ReadPath:
+    return ReadPath(lake, MemoryBlockStore(1 << 30), CacheStats(), block_size=block_size, meta_ttl=ttl,
+                    readahead=readahead, clock=clock or Clock())
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` as tenant TENANT's request."""
+
+    async def main() -> T:
+        current.set(RequestContext(TENANT))
+        return await coro
+
+    return asyncio.run(main())
+
+
+async def _body(data: bytes) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), 700):
+        yield data[start : start + 700]
+
+
+async def put(lake: Any, key: str, data: bytes) -> str:
+    """Store ``data`` in the lake itself (behind the cache's back); its ETag."""
+    result: WriteResult = await lake.put_object(B, key, _body(data), len(data), ObjectAttributes())
+    return result.etag
+
+
+async def read(lake: Lake | ReadPath, key: str, rng: ByteRange | None = None) -> tuple[ObjectStream, bytes]:
+    """A whole GET through ``lake`` (a ReadPath or a CachedLake): the stream and its bytes."""
+    if isinstance(lake, ReadPath):
+        stream = await lake.open(B, key, rng, Conditions())
+    else:
+        stream = await lake.get_object(B, key, rng)
+    try:
+        body = b"".join([piece async for piece in stream.body])
+    finally:
+        await stream.aclose()
+    assert len(body) == stream.length
+    return stream, body
+
+
+async def drain(reads: ReadPath) -> None:
+    """Wait for the read path's background work (fetches, read-ahead, stores) to finish."""
+    while reads._tasks:  # its task set: there is no public "idle" signal
+        await asyncio.gather(*list(reads._tasks), return_exceptions=True)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.001)
+
+
+def block_range(index: int, size: int) -> str:
+    return f"bytes={index * BS}-{min((index + 1) * BS, size) - 1}"
+
+
+def counts(reads: ReadPath) -> dict[str, int]:
+    return reads.stats.snapshot().get(TENANT, {})
+
+
+# ---- single flight -----------------------------------------------------------------------------
+
+
+def test_concurrent_readers_of_a_cold_block_share_one_lake_get(lake: CountingLake) -> None:
+    data = os.urandom(BS)
+
+    async def main() -> None:
+        await put(lake, "k", data)
+        reads = _reads(lake)
+        lake.hold_gets = asyncio.Event()
+        readers = [asyncio.ensure_future(read(reads, "k")) for _ in range(16)]
+        await until(lambda: len(lake.gets) == 1 and counts(reads).get("coalesced") == 15)
+        lake.hold_gets.set()
+        bodies = [body for _, body in await asyncio.gather(*readers)]
+        await drain(reads)
+        assert bodies == [data] * 16
+        assert lake.gets == [("k", block_range(0, BS))]
+        assert lake.heads == ["k"]  # one HEAD too
+        assert (counts(reads)["misses"], counts(reads)["lake_gets"]) == (1, 1)
+
+    run(main())
+
+
+def test_concurrent_readers_of_a_cold_object_fetch_each_block_once(lake: CountingLake) -> None:
+    data = os.urandom(10 * BS + 17)
+
+    async def main() -> None:
+        await put(lake, "k", data)
+        reads = _reads(lake)
+        results = await asyncio.gather(*(read(reads, "k") for _ in range(16)))
+        await drain(reads)
+        assert [body for _, body in results] == [data] * 16
+        assert sorted(r for _, r in lake.gets) == sorted(block_range(i, len(data)) for i in range(11))
+
+    run(main())
+
+
+def test_a_reader_that_goes_away_does_not_cancel_the_fetch_for_the_others(lake: CountingLake) -> None:
+    data = os.urandom(BS)
+
+    async def main() -> None:
+        await put(lake, "k", data)
+        reads = _reads(lake)
+        lake.hold_gets = asyncio.Event()
+        leaving, staying = asyncio.ensure_future(read(reads, "k")), asyncio.ensure_future(read(reads, "k"))
+        await until(lambda: counts(reads).get("coalesced") == 1)
+        leaving.cancel()
+        lake.hold_gets.set()
+        assert (await staying)[1] == data
+        await drain(reads)
+        assert len(lake.gets) == 1
+        assert reads.store.get(BlockId.of(B, "k", (await lake.head_object(B, "k")).etag, 0, BS)) == data
+
+    run(main())
+
+
+# ---- read-ahead ----------------------------------------------------------------------------------
+
+
+def test_a_one_block_range_does_not_prefetch(lake: CountingLake) -> None:
+    data = os.urandom(10 * BS)
+
+    async def main() -> None:
+        await put(lake, "k", data)
+        reads = _reads(lake)
+        _, body = await read(reads, "k", ByteRange(5 * BS + 3, 5 * BS + 3))
+        await drain(reads)
+        assert body == data[5 * BS + 3 : 5 * BS + 4]
+        assert lake.gets == [("k", block_range(5, len(data)))]
+        assert len(reads.store) == 1  # type: ignore[arg-type]
+        assert counts(reads).get("prefetches", 0) == 0
+
+    run(main())
+
+
+def test_a_one_block_range_read_again_does_not_prefetch(lake: CountingLake) -> None:
+    """Reading the same block twice (readers sharing a file's header, a retry) is no
+    sequential reader: nothing past the block is fetched."""
+    data = os.urandom(10 * BS)
+
+    async def main() -> None:
+        await put(lake, "k", data)
+        reads = _reads(lake)
+        for _ in range(3):
+            assert (await read(reads, "k", ByteRange(5 * BS + 3, 5 * BS + 3)))[1] == data[5 * BS + 3 : 5 * BS + 4]
+            await drain(reads)
+        assert lake.gets == [("k", block_range(5, len(data)))]
+
+    run(main())
+
+
+def test_a_sequential_reader_gets_its_next_blocks_fetched_ahead(lake: CountingLake) -> None:
+    size = 10 * BS
+
+    async def main() -> None:
+        await put(lake, "k", os.urandom(size))
+        reads = _reads(lake, readahead=2)
+        await read(reads, "k", ByteRange(0, BS - 1))  # block 0: nothing to continue yet
+        await drain(reads)
+        assert [r for _, r in lake.gets] == [block_range(0, size)]
+
+        await read(reads, "k", ByteRange(BS, 2 * BS - 1))  # block 1 continues it: 2 and 3 ahead
+        await drain(reads)
+        assert sorted(r for _, r in lake.gets[1:]) == sorted(block_range(i, size) for i in (1, 2, 3))
+        assert counts(reads)["prefetches"] == 2
+
+        hits = counts(reads).get("hits", 0)
+        await read(reads, "k", ByteRange(2 * BS, 3 * BS - 1))  # block 2: in L1; 4 fetched ahead
+        await drain(reads)
+        assert counts(reads)["hits"] == hits + 1
+        assert [r for _, r in lake.gets[4:]] == [block_range(4, size)]
+
+        await read(reads, "k", ByteRange(3 * BS, size - 1))  # to the end: nothing past it
+        await drain(reads)
+        assert sorted(r for _, r in lake.gets) == sorted(block_range(i, size) for i in range(10))
+
+    run(main())
+
+
+def test_read_ahead_zero_fetches_only_what_is_read(lake: CountingLake) -> None:
+    size = 6 * BS
+
+    async def main() -> None:
+        await put(lake, "k", os.urandom(size))
+        reads = _reads(lake, readahead=0)
+        for i in range(3):
+            await read(reads, "k", ByteRange(i * BS, (i + 1) * BS - 1))
+        await drain(reads)
+        assert [r for _, r in lake.gets] == [block_range(i, size) for i in range(3)]
+
+    run(main())
+
+
+# ---- a changed object never mixes bytes ------------------------------------------------------------
+
+
+def test_an_object_changed_behind_the_metadata_is_read_new_after_one_retry(lake: CountingLake) -> None:
+    old, new = os.urandom(3 * BS + 5), os.urandom(3 * BS + 5)
+
+    async def main() -> None:
+        old_etag = await put(lake, "k", old)
+        reads = _reads(lake)
+        assert (await reads.head(B, "k")).etag == old_etag  # metadata cached, no block yet
+        new_etag = await put(lake, "k", new)
+
+        stream, body = await read(reads, "k")
+        await drain(reads)
+        assert body == new
+        assert stream.info.etag == new_etag
+        assert lake.heads == ["k", "k"]  # the retry revalidated
+        assert not any(BlockId.of(B, "k", old_etag, i, BS) in reads.store for i in range(4))
+
+    run(main())
+
+
+def test_an_object_changed_to_a_smaller_one_is_read_new(lake: CountingLake) -> None:
+    async def main() -> None:
+        await put(lake, "k", os.urandom(5 * BS))
+        reads = _reads(lake)
+        await reads.head(B, "k")
+        new = os.urandom(BS // 2)
+        await put(lake, "k", new)
+        assert (await read(reads, "k"))[1] == new
+        assert (await read(reads, "k", ByteRange(3, None)))[1] == new[3:]
+
+    run(main())
+
+
+def test_a_changed_object_cuts_the_stream_rather_than_mix_versions(lake: CountingLake) -> None:
+    old, new = os.urandom(4 * BS), os.urandom(4 * BS)
+
+    async def main() -> None:
+        await put(lake, "k", old)
+        reads = _reads(lake)
+        await read(reads, "k", ByteRange(0, BS - 1))  # block 0 of the old object in L1
+        await drain(reads)
+        await put(lake, "k", new)
+
+        stream = await reads.open(B, "k", None, Conditions())  # its first piece is old: no retry now
+        received = b""
+        with pytest.raises((ObjectChanged, PreconditionFailed)):
+            async for piece in stream.body:
+                received += piece
+        await stream.aclose()
+        assert received == old[: len(received)] and len(received) >= 1  # old bytes only, then cut
+
+        assert (await read(reads, "k"))[1] == new  # the failed block GET dropped the metadata
+
+    run(main())
+
+
+def test_an_object_deleted_behind_the_metadata_is_no_such_key(lake: CountingLake) -> None:
+    async def main() -> None:
+        await put(lake, "k", os.urandom(2 * BS))
+        reads = _reads(lake)
+        await reads.head(B, "k")
+        await lake.delete_object(B, "k")
+        with pytest.raises(NoSuchKey):
+            await read(reads, "k")
+
+    run(main())
+
+
+# ---- ranges and empty objects ----------------------------------------------------------------------
+
+SIZE = 5 * BS + 300
+
+RANGES = [
+    (None, (None, slice(0, SIZE))),
+    (ByteRange(0, 0), ((0, 0), slice(0, 1))),
+    (ByteRange(BS - 1, BS), ((BS - 1, BS), slice(BS - 1, BS + 1))),  # across a boundary
+    (ByteRange(BS, 2 * BS - 1), ((BS, 2 * BS - 1), slice(BS, 2 * BS))),  # exactly one block
+    (ByteRange(10, 4 * BS + 10), ((10, 4 * BS + 10), slice(10, 4 * BS + 11))),
+    (ByteRange(5 * BS, None), ((5 * BS, SIZE - 1), slice(5 * BS, SIZE))),  # the short last block
+    (ByteRange(SIZE - 1, SIZE + 10_000), ((SIZE - 1, SIZE - 1), slice(SIZE - 1, SIZE))),
+    (ByteRange(None, suffix=1), ((SIZE - 1, SIZE - 1), slice(SIZE - 1, SIZE))),
+    (ByteRange(None, suffix=BS + 1), ((SIZE - BS - 1, SIZE - 1), slice(SIZE - BS - 1, SIZE))),
+    (ByteRange(None, suffix=SIZE + 5), ((0, SIZE - 1), slice(0, SIZE))),
+]
+
+
+def _range_id(value: object) -> str | None:
+    return value.header() if isinstance(value, ByteRange) else None
+
+
+@pytest.mark.parametrize(("rng", "expected"), RANGES, ids=_range_id)
+def test_ranges(
+    lake: CountingLake, rng: ByteRange | None, expected: tuple[tuple[int, int] | None, slice]
+) -> None:
+    data = os.urandom(SIZE)
+    content_range, part = expected
+
+    async def main() -> None:
+        await put(lake, "k", data)
+        reads = _reads(lake)
+        for _ in range(2):  # from the lake, then from L1
+            stream, body = await read(reads, "k", rng)
+            await drain(reads)
+            assert (stream.content_range, body) == (content_range, data[part])
+        assert counts(reads)["hits"] >= 1
+
+    run(main())
+
+
+@pytest.mark.parametrize("rng", [ByteRange(SIZE, None), ByteRange(SIZE + 1, SIZE + 5)])
+def test_a_range_past_the_end_is_invalid(lake: CountingLake, rng: ByteRange) -> None:
+    async def main() -> None:
+        await put(lake, "k", os.urandom(SIZE))
+        with pytest.raises(InvalidRange) as exc:
+            await read(_reads(lake), "k", rng)
+        assert exc.value.headers == {"Content-Range": f"bytes */{SIZE}"}
+        assert lake.gets == []
+
+    run(main())
+
+
+def test_a_zero_byte_object(lake: CountingLake) -> None:
+    async def main() -> None:
+        etag = await put(lake, "empty", b"")
+        reads = _reads(lake)
+        for _ in range(2):
+            stream, body = await read(reads, "empty")
+            assert (body, stream.info.size, stream.info.etag, stream.content_range) == (b"", 0, etag, None)
+        assert lake.gets == []  # nothing to fetch: the HEAD says it all
+        for rng in (ByteRange(0, 0), ByteRange(0, None), ByteRange(None, suffix=1)):
+            with pytest.raises(InvalidRange):
+                await read(reads, "empty", rng)
+
+    run(main())
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(0, 7 * BS), data=st.data())
+def test_any_range_reads_the_bytes_the_lake_holds(size: int, data: st.DataObject) -> None:
+    content = bytes(i % 251 for i in range(size))
+    kind = data.draw(st.sampled_from(["none", "first-last", "open", "suffix"]))
+    rng: ByteRange | None = None
+    if kind == "suffix":
+        rng = ByteRange(None, suffix=data.draw(st.integers(1, size + 2 * BS)))
+    elif kind != "none":
+        first = data.draw(st.integers(0, size + BS))
+        last = None if kind == "open" else first + data.draw(st.integers(0, 3 * BS))
+        rng = ByteRange(first, last)
+
+    async def main() -> None:
+        lake = MemoryLake()
+        await put(lake, "k", content)
+        reads = _reads(lake, readahead=data.draw(st.integers(0, 3)))
+        try:
+            expected = rng.resolve(size) if rng is not None else None
+        except InvalidRange:
+            with pytest.raises(InvalidRange):
+                await read(reads, "k", rng)
+            return
+        start, end = expected or (0, size - 1)
+        for _ in range(2):
+            stream, body = await read(reads, "k", rng)
+            assert (stream.content_range, body) == (expected, content[start : end + 1])
+            await drain(reads)
+
+    run(main())
+
+
+# ---- metadata TTL ------------------------------------------------------------------------------
+
+
+def test_metadata_is_revalidated_after_the_ttl(lake: CountingLake) -> None:
+    clock = Clock()
+    old, new = os.urandom(2 * BS), os.urandom(2 * BS)
+
+    async def main() -> None:
+        await put(lake, "k", old)
+        reads = _reads(lake, ttl=5.0, clock=clock)
+        assert (await read(reads, "k"))[1] == old
+        await drain(reads)
+        new_etag = await put(lake, "k", new)  # behind the cache's back
+
+        clock.now += 4.9
+        assert (await read(reads, "k"))[1] == old  # within the TTL: the cached version, whole
+        assert lake.heads == ["k"]
+        clock.now += 0.1
+        stream, body = await read(reads, "k")
+        assert (body, stream.info.etag) == (new, new_etag)
+        assert lake.heads == ["k", "k"]
+        assert (await reads.head(B, "k")).etag == new_etag
+        assert lake.heads == ["k", "k"]
+
+    run(main())
+
+
+def test_a_zero_ttl_asks_the_lake_every_time(lake: CountingLake) -> None:
+    async def main() -> None:
+        await put(lake, "k", os.urandom(BS))
+        reads = _reads(lake, ttl=0)
+        for _ in range(3):
+            await reads.head(B, "k")
+        assert lake.heads == ["k"] * 3
+
+    run(main())
+
+
+def test_no_cache_reads_skip_the_metadata_and_the_blocks(lake: CountingLake) -> None:
+    data = os.urandom(3 * BS)
+
+    async def main() -> None:
+        await put(lake, "k", data)
+        reads = _reads(lake)
+        await read(reads, "k")
+        await drain(reads)
+        lake.gets.clear()
+        token = current.set(RequestContext(TENANT, no_cache=True))
+        try:
+            assert (await read(reads, "k"))[1] == data
+            assert (await read(reads, "k", ByteRange(5, 9)))[1] == data[5:10]
+        finally:
+            current.reset(token)
+        assert lake.gets == [("k", None), ("k", "bytes=5-9")]
+        assert counts(reads)["bypass"] == 2
+
+    run(main())
+
+
+# ---- write-through (CachedLake) --------------------------------------------------------------------
+
+
+def _cached(lake: Any, reads: ReadPath, **options: Any) -> CachedLake:
+    return CachedLake(lake, reads, **options)
+
+
+def test_a_put_enters_l1_and_reads_back_without_a_lake_get(lake: CountingLake) -> None:
+    data = os.urandom(3 * BS + 100)
+
+    async def main() -> None:
+        reads = _reads(lake)
+        cached = _cached(lake, reads)
+        result = await cached.put_object(B, "k", _body(data), len(data), ObjectAttributes())
+        for i in range(4):
+            assert BlockId.of(B, "k", result.etag, i, BS) in reads.store
+        assert (await read(cached, "k"))[1] == data
+        assert (await read(cached, "k", ByteRange(BS - 2, 2 * BS + 1)))[1] == data[BS - 2 : 2 * BS + 2]
+        assert lake.gets == []
+        assert counts(reads)["write_blocks"] == 4
+
+    run(main())
+
+
+@pytest.mark.parametrize("options", [{"cache_on_write": False}, {"cache_on_write_max": 3 * BS}])
+def test_a_put_is_not_cached_when_write_caching_is_off_or_it_is_too_large(
+    lake: CountingLake, options: dict[str, Any]
+) -> None:
+    data = os.urandom(3 * BS + 100)
+
+    async def main() -> None:
+        reads = _reads(lake)
+        cached = _cached(lake, reads, **options)
+        await cached.put_object(B, "k", _body(data), len(data), ObjectAttributes())
+        assert len(reads.store) == 0  # type: ignore[arg-type]
+        assert (await read(cached, "k"))[1] == data
+        assert len(lake.gets) == 4
+
+    run(main())
+
+
+def test_a_failed_put_caches_nothing(lake: CountingLake) -> None:
+    async def failing() -> AsyncIterator[bytes]:
+        yield b"x" * BS
+        raise RuntimeError("the client went away")
+
+    async def main() -> None:
+        reads = _reads(lake)
+        with pytest.raises(RuntimeError):
+            await _cached(lake, reads).put_object(B, "k", failing(), 2 * BS, ObjectAttributes())
+        assert len(reads.store) == 0  # type: ignore[arg-type]
+
+    run(main())
+
+
+def test_an_overwrite_through_the_cache_reads_new_bytes_at_once(lake: CountingLake) -> None:
+    async def main() -> None:
+        reads = _reads(lake, ttl=3600)
+        for options in ({}, {"cache_on_write": False}):
+            cached = _cached(lake, reads, **options)
+            for size in (2 * BS, 2 * BS, 3 * BS + 1, 10):
+                data = os.urandom(size)
+                etag = (await cached.put_object(B, "k", _body(data), size, ObjectAttributes())).etag
+                stream, body = await read(cached, "k")
+                assert (body, stream.info.etag) == (data, etag)
+                assert (await cached.head_object(B, "k")).etag == etag
+                await drain(reads)
+
+    run(main())
+
+
+def test_an_overwrite_through_the_cache_wins_over_a_head_in_flight(lake: CountingLake) -> None:
+    """A HEAD the lake answered before a PUT through the gateway, arriving after it, must not
+    bring the old version back: every read that starts after the PUT returned sees the new one."""
+    clock = Clock()
+    old, new = os.urandom(2 * BS), os.urandom(2 * BS)
+
+    async def main() -> None:
+        await put(lake, "k", old)
+        reads = _reads(lake, ttl=60, clock=clock)
+        cached = _cached(lake, reads)
+        assert (await read(cached, "k"))[1] == old  # old blocks in L1
+        await drain(reads)
+        clock.now += 61  # the metadata expired: the next read revalidates
+
+        lake.hold_heads = asyncio.Event()
+        before = asyncio.ensure_future(cached.head_object(B, "k"))  # answered "old", on its way
+        await until(lambda: lake.answered_heads == 2)
+        await cached.put_object(B, "k", _body(new), len(new), ObjectAttributes())
+
+        joined = asyncio.ensure_future(read(cached, "k"))  # starts after the PUT returned
+        await asyncio.sleep(0.01)
+        lake.hold_heads.set()
+        await before
+        joined_new = (await joined)[1] == new
+        after_new = (await read(cached, "k"))[1] == new
+        assert joined_new, "a read started after the PUT joined the HEAD in flight and got the old bytes"
+        assert after_new, "the HEAD in flight cached the old metadata after the PUT invalidated it"
+
+    run(main())
