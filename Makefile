@@ -32,6 +32,7 @@ PIP  := PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore $(VENV)/bin/
 .NOTPARALLEL:  # Debian packages before the venv, the venv before pip
 
 run: $(VENV)/.installed
+	@echo "make: the examples below use the aws cli and boto3 in $(VENV): run 'source $(VENV)/bin/activate' in your shell"
 	@exec $(VENV)/bin/lakegate serve --listen $(LISTEN) --lake $(LAKE) --tenants $(TENANTS) \
 	  --cache-dir $(CACHE_DIR) $(SERVE_ARGS)
 
@@ -62,8 +63,8 @@ $(VENV)/bin/python:
 # reinstalled whenever pyproject.toml changes
 # pip's own and the build backend's chatter goes to $(VENV)/pip.log, shown only on failure
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
-	@echo "make: pip install -e . (into $(VENV))"
-	@$(PIP) install -q -e . >$(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
+	@echo "make: pip install -e '.[client]' (into $(VENV); the aws cli and boto3 come with it)"
+	@$(PIP) install -q -e '.[client]' >$(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml | system-deps $(VENV)/bin/python
