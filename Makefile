@@ -58,6 +58,10 @@ system-deps:
 	fi
 
 $(VENV)/bin/python:
+	@$(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || { \
+	  echo "make: installing Debian's python3-venv"; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends python3-venv >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
 
 # reinstalled whenever pyproject.toml changes
