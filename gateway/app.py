@@ -90,6 +90,7 @@ class LakegateApp:
             anonymous_buckets=settings.anonymous_buckets,
             max_skew=timedelta(seconds=settings.max_clock_skew),
             max_header_bytes=settings.max_header_bytes,
+            access_log=settings.access_log,
         )
         self.api = self._api()
 

@@ -7,6 +7,7 @@ this is the hot path of every request.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
@@ -55,6 +56,7 @@ class S3Frontend:
         anonymous_buckets: frozenset[str] = frozenset(),
         max_skew: timedelta = timedelta(minutes=15),
         max_header_bytes: int = 16384,
+        access_log: bool = True,
         clock=utcnow,  # type: ignore[no-untyped-def]
     ) -> None:
         self.lake = lake
@@ -64,11 +66,15 @@ class S3Frontend:
         self.max_skew = max_skew
         self.max_header_bytes = max_header_bytes
         self.clock = clock
+        self.access_log = access_log
+        # request ids: unique per process start + a counter (os.urandom per request costs a syscall)
+        self._id_prefix = os.urandom(4).hex().upper()
+        self._ids = itertools.count()
 
     async def __call__(self, scope, receive, send_) -> None:  # type: ignore[no-untyped-def]
         if scope["type"] != "http":
             return
-        request_id = os.urandom(8).hex().upper()
+        request_id = f"{self._id_prefix}{next(self._ids) & 0xFFFFFFFF:08X}"
         started = time.perf_counter()
         req: S3Request | None = None
         body: RequestBody | None = None
@@ -90,7 +96,7 @@ class S3Frontend:
         finally:
             op = req.operation if req is not None and req.operation else "Unknown"
             REQUESTS.labels(op, str(resp.status)).inc()
-            if access_log.isEnabledFor(logging.INFO):
+            if self.access_log and access_log.isEnabledFor(logging.INFO):
                 access_log.info(
                     '%s %s "%s %s" %d %d %.1fms %s',
                     (scope.get("client") or ("-",))[0],

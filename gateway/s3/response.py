@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from email.utils import format_datetime
 from datetime import datetime
@@ -9,6 +10,7 @@ from datetime import datetime
 from cachetier.lake import ObjectStream
 
 
+@functools.lru_cache(maxsize=4096)  # the same Last-Modified is formatted on every hit
 def http_date(dt: datetime) -> str:
     return format_datetime(dt, usegmt=True)
 
