@@ -200,22 +200,24 @@ class ReadPath:
         span = block_span(start, end, self.block_size)
         ahead_limit = self._sequential_limit(info, start, end, span)
         for index in span:
-            self._prefetch(info, index + 1, min(index + self.readahead, ahead_limit), ctx)
+            ahead = (index + 1, min(index + self.readahead, ahead_limit))
             lo, hi = block_bounds(index, info.size, self.block_size)
             a, b = max(start, lo) - lo, min(end, hi) - lo + 1
             bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
             data = await self._l1(bid, hi - lo + 1)
             if data is not None:
+                self._prefetch(info, *ahead, ctx)
                 self.stats.add(ctx.tenant, "hits")
                 self.stats.add(ctx.tenant, "bytes_from_l1", b - a)
                 yield data[a:b] if (a, b) != (0, len(data)) else data
                 continue
             fetch = self._fetches.get(bid)
-            if fetch is not None:
-                self.stats.add(ctx.tenant, "coalesced")
-            else:
+            if fetch is None:
                 self.stats.add(ctx.tenant, "misses")
                 fetch = self._start_fetch(info, index, bid, ctx)
+            else:
+                self.stats.add(ctx.tenant, "coalesced")
+            self._prefetch(info, *ahead, ctx)  # after this block's own GET: it goes out first
             async for piece in fetch.read(a, b):
                 self.stats.add(ctx.tenant, "bytes_from_lake", len(piece))
                 yield piece
@@ -233,6 +235,8 @@ class ReadPath:
         return span[-1]
 
     async def _l1(self, bid: BlockId, length: int) -> bytes | None:
+        if bid not in self.store:  # an index lookup: a miss costs no thread hop
+            return None
         if length <= _INLINE_READ:
             return self.store.get(bid)
         return await asyncio.to_thread(self.store.get, bid)
@@ -260,7 +264,9 @@ class ReadPath:
         """Fetch one block into ``fetch`` and then into L1. The entry stays in ``_fetches``
         until the block is stored, so no reader can miss both and fetch it a second time."""
         try:
-            data = await asyncio.to_thread(self.store.get, bid)  # stored while we looked?
+            data = None
+            if bid in self.store:  # stored while a reader looked?
+                data = await asyncio.to_thread(self.store.get, bid)
             if data is None:
                 data = await self._from_lake(info, index, fetch, ctx)
             else:
