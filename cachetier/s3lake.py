@@ -70,6 +70,23 @@ from cachetier.ranges import ByteRange
 # process, and the lake client is the only one on the data path.
 httpcore._async.http11.AsyncHTTP11Connection.READ_NUM_BYTES = 1 << 20
 
+
+def _is_readable_cached(self, info: str):  # type: ignore[no-untyped-def]
+    """httpcore asks every pooled connection "is_readable" on every request it schedules; each
+    answer makes anyio build the stream's whole attribute table to find the raw socket
+    (measured, 16 concurrent 4 KiB GETs to RGW: 1.47 -> 1.33 CPU ms each). The socket of a stream never changes, so
+    it is looked up once. httpcore is pinned (pyproject) because this replaces its method."""
+    if info != "is_readable":
+        return _get_extra_info(self, info)
+    sock = getattr(self, "_lakegate_raw_socket", None)
+    if sock is None:
+        sock = self._lakegate_raw_socket = _get_extra_info(self, "socket")
+    return httpcore._utils.is_socket_readable(sock)
+
+
+_get_extra_info = httpcore._backends.anyio.AnyIOStream.get_extra_info
+httpcore._backends.anyio.AnyIOStream.get_extra_info = _is_readable_cached
+
 _USER_AGENT = b"lakegate"
 
 _DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
