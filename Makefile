@@ -20,6 +20,8 @@ PYTEST_ARGS ?= tests
 TEST_CEPH_DIR      ?= /tmp/lakegate-test-ceph
 TEST_CEPH_RGW_PORT ?= 7490
 TEST_CEPH_MON_PORT ?= 40790
+# memstore keeps objects in RAM up to this size (a full OSD blocks writes: keep headroom)
+TEST_CEPH_OSD_GB   ?= 8
 TEST_CEPH_MS_PORTS ?= 46900 46999
 
 # what `make test` needs from Debian: the binaries, and the packages that bring them
@@ -38,7 +40,7 @@ run: $(VENV)/.installed
 
 test: test-deps
 	@CEPH_DIR=$(TEST_CEPH_DIR) CEPH_RGW_PORT=$(TEST_CEPH_RGW_PORT) \
-	  CEPH_MON_PORT=$(TEST_CEPH_MON_PORT) CEPH_MS_PORT_MIN=$(word 1,$(TEST_CEPH_MS_PORTS)) \
+	  CEPH_MON_PORT=$(TEST_CEPH_MON_PORT) CEPH_OSD_SIZE_GB=$(TEST_CEPH_OSD_GB) CEPH_MS_PORT_MIN=$(word 1,$(TEST_CEPH_MS_PORTS)) \
 	  CEPH_MS_PORT_MAX=$(word 2,$(TEST_CEPH_MS_PORTS)) \
 	  bash deploy/ceph/with-ceph.sh $(VENV)/bin/pytest $(PYTEST_ARGS)
 

@@ -10,28 +10,41 @@ Contract, for every implementation:
 - Capacity is in bytes, may change at run time, and eviction (``"lru"`` or ``"lfu"``) keeps
   the store within it, one block at a time; the block just put is never its own victim. A
   block larger than the whole capacity is not stored.
-- Methods are synchronous and thread-safe; asyncio callers use ``asyncio.to_thread``.
+- Methods are synchronous and thread-safe; asyncio callers use ``asyncio.to_thread``, except
+  where an implementation says a method never waits: ``DiskBlockStore.get`` runs no SQL and
+  takes no lock a writer holds (a file read and a checksum: fine inline for small blocks), and
+  its ``in`` and ``len`` are dictionary lookups.
 - I/O trouble raises OSError (``BlockStoreError`` when the index fails or stays locked).
 - Statistics count this instance's calls: ``hits``, ``misses`` (every get that returned None,
   corrupt ones included), ``puts``, ``evictions``, ``corrupt``.
+
+One process owns a ``DiskBlockStore``'s directory. The store keeps its SQLite index in memory
+too (``cachetier.blockindex``), loaded at open and kept in step by its own writes, so that reads
+need no SQL; a second process (or a second store in this one) on the same directory would serve
+neither the other's new blocks nor notice its evictions (those read as misses: never wrong
+bytes, but the two would fight over capacity). Run one gateway process per cache directory.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import sqlite3
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import diskcache  # type: ignore[import-untyped]
-from awscrt.checksums import crc32c
 
+from cachetier.blockindex import BlockIndex, Row, checksum_tag, read_file
 from cachetier.blocks import BlockId
+
+log = logging.getLogger("lakegate.blockstore")
 
 # Eviction policies by name: policy as data. The values are diskcache's policy names, whose
 # victim queries (diskcache.EVICTION_POLICY) the disk store runs.
@@ -93,11 +106,18 @@ class _Statistics:
 
 
 class DiskBlockStore(_Statistics):
-    """Blocks as files in ``directory``, indexed by diskcache's SQLite database.
+    """Blocks as files in ``directory``, indexed by diskcache's SQLite database and, for reads,
+    by an in-memory copy of it (``cachetier.blockindex``).
 
     ``capacity_bytes`` bounds what the directory holds: block files, the database and its WAL
     (see ``SIDE_FILES_RESERVE``). While a put runs the directory may exceed it by that block.
-    Blocks survive restarts: reopening the directory finds them (statistics start at zero).
+    Blocks survive restarts: reopening the directory finds them (statistics start at zero), and
+    their LRU/LFU order as of the last flush of reads (every ``flush_interval`` seconds, before
+    every eviction, and at ``close``).
+
+    Reads run no SQL: ``get`` is a dictionary lookup, a file read and a checksum; ``in`` and
+    ``len`` are dictionary lookups. So one process owns the directory: a second store (or
+    process) on it would neither see the first one's puts nor know its files were evicted.
     """
 
     def __init__(
@@ -107,12 +127,15 @@ class DiskBlockStore(_Statistics):
         eviction: str = "lru",
         *,
         timeout: float = 60.0,
+        flush_interval: float = 1.0,
     ) -> None:
         super().__init__()
         policy = _policy_name(eviction)
         self._capacity = _checked_capacity(capacity_bytes)
-        self._evict_lock = threading.Lock()
-        self._put_lock = threading.Lock()
+        # Every change to the database (and so to the index) is made under this lock: puts,
+        # deletes, evictions, check(); flushes need none (see BlockIndex.flush). Readers never
+        # take it.
+        self._write_lock = threading.RLock()
         with _index_errors():
             self._cache = diskcache.Cache(
                 os.fspath(directory),
@@ -126,29 +149,39 @@ class DiskBlockStore(_Statistics):
                 sqlite_wal_autocheckpoint=_WAL_CHECKPOINT_PAGES,
                 sqlite_journal_size_limit=_WAL_SIZE_LIMIT,
             )
-            # a directory reopened with a smaller capacity than it was filled to
-            self._evict_to_capacity()
+            self._index = BlockIndex(self._cache.directory, eviction)
+            self._victims = diskcache.EVICTION_POLICY[policy]["cull"].format(fields="key", now=0)
+            with self._write_lock:
+                self._index.load(self._cache)
+                # a directory reopened with a smaller capacity than it was filled to
+                self._evict_to_capacity()
+        self._closing = threading.Event()
+        self._flusher = threading.Thread(
+            target=_flush_periodically,
+            args=(weakref.ref(self), self._closing, flush_interval),
+            name=f"blockstore-flush {self._cache.directory}",
+            daemon=True,
+        )
+        self._flusher.start()
 
     def get(self, block_id: BlockId) -> bytes | None:
-        # The index transaction (a write: LRU/LFU bookkeeping) only opens the file; the bytes
-        # are read after it, so readers don't queue on the lock. An open handle reads a block
-        # evicted meanwhile whole.
-        with _index_errors():
-            found, tag = self._cache.get(block_id.hex, read=True, tag=True)
-        if found is None:
-            self._count("misses")
-            return None
-        if isinstance(found, bytes):
-            data = found
-        else:
-            with found:
-                data = found.read()
-        if tag != _checksum_tag(data):
-            self._drop_corrupt(block_id.hex)
-            self._count("misses")
-            return None
-        self._count("hits")
-        return data
+        # No SQL and no lock but the index's: safe on an event loop for small blocks. A block
+        # evicted or replaced between the lookup and the open is a miss; one evicted after the
+        # open is read whole (an open file outlives its name).
+        key = block_id.hex
+        row = self._index.find(key)
+        if row is not None:
+            data = read_file(row.path, row.size)
+            if data is not None and row.matches(data):
+                self._index.read(key)
+                self._count("hits")
+                return data
+            if data is None:
+                self._index.forget(key, row)  # gone: evicted, replaced, or removed by hand
+            else:
+                self._drop_corrupt(key, row)
+        self._count("misses")
+        return None
 
     def put(self, block_id: BlockId, data: bytes) -> None:
         # Crash safety: a SIGKILL at any point leaves no block that reads back wrong. In
@@ -161,6 +194,8 @@ class DiskBlockStore(_Statistics):
         #  3. after COMMIT, a replaced row's old file is removed. Killed before: an orphan.
         #  4. eviction, in transactions of its own. Killed before: over capacity by this
         #     block until the next put or check().
+        # The in-memory index follows the database (and is rebuilt from it at open), so a kill
+        # loses at most the reads recorded since the last flush: eviction order, not data.
         # Nothing is fsynced (SQLite runs synchronous=NORMAL), so a power cut may leave a
         # committed row over a short or zeroed file. The checksum, verified on every read,
         # makes that block a miss: the cache may forget, never lie.
@@ -168,28 +203,29 @@ class DiskBlockStore(_Statistics):
             return
         if type(data) is not bytes:
             data = bytes(data)  # diskcache pickles anything else (bytearray, memoryview)
+        key, tag = block_id.hex, checksum_tag(data)
         # One writer at a time, and room is made before the bytes land: concurrent puts (read
         # misses, read-ahead) would otherwise each write first and evict after, overshooting
         # the capacity by a block per writer.
-        with _index_errors(), self._put_lock:
+        with _index_errors(), self._write_lock:
             self._evict_to_capacity(reserve=len(data))
-            self._cache.set(block_id.hex, data, tag=_checksum_tag(data))
+            self._cache.set(key, data, tag=tag)
+            self._index.stored(self._cache, key)
             self._count("puts")
-            self._evict_to_capacity(keep=block_id.hex)
+            self._evict_to_capacity(keep=key)
 
     def delete(self, block_id: BlockId) -> bool:
-        with _index_errors():
-            return bool(self._cache.delete(block_id.hex))
+        with _index_errors(), self._write_lock:
+            self._index.flush(self._cache)  # a doomed row is no longer there to delete
+            deleted = bool(self._cache.delete(block_id.hex))
+            self._index.forget(block_id.hex)
+        return deleted
 
     def __contains__(self, block_id: object) -> bool:
-        if not isinstance(block_id, BlockId):
-            return False
-        with _index_errors():
-            return block_id.hex in self._cache
+        return isinstance(block_id, BlockId) and block_id.hex in self._index
 
     def __len__(self) -> int:
-        with _index_errors():
-            return int(self._cache.reset("count"))
+        return len(self._index)
 
     @property
     def capacity(self) -> int:
@@ -197,7 +233,7 @@ class DiskBlockStore(_Statistics):
 
     def set_capacity(self, capacity_bytes: int) -> None:
         self._capacity = _checked_capacity(capacity_bytes)
-        with _index_errors():
+        with _index_errors(), self._write_lock:
             # kept equal for anyone opening the directory with diskcache itself
             self._cache.reset("size_limit", self._size_limit())
             self._evict_to_capacity()
@@ -210,14 +246,30 @@ class DiskBlockStore(_Statistics):
         """Repair the index and the files (diskcache's check), verify every block's checksum
         (deleting those that fail), and evict down to capacity. Reads every block: for tests,
         start-up after a crash and admin tools, not for a request path."""
-        with _index_errors():
+        with _index_errors(), self._write_lock:
+            self._index.flush(self._cache)
             problems = self._check_index()
+            self._index.load(self._cache)  # rows diskcache's check deleted or repaired
             problems += self._check_blocks()
+            self._index.flush(self._cache)
             self._evict_to_capacity()
         return problems
 
+    def flush(self) -> None:
+        """Write the reads recorded since the last flush to the database (and delete the rows
+        of blocks found corrupt): a restart then sees them. Runs by itself every
+        ``flush_interval`` seconds, before every eviction, and at ``close``."""
+        with _index_errors():
+            self._index.flush(self._cache)
+
     def close(self) -> None:
-        self._cache.close()
+        self._closing.set()
+        if self._flusher is not threading.current_thread():
+            self._flusher.join()
+        try:
+            self.flush()
+        finally:
+            self._cache.close()
 
     def _size_limit(self) -> int:
         return max(self._capacity - SIDE_FILES_RESERVE, 0)
@@ -227,15 +279,17 @@ class DiskBlockStore(_Statistics):
         # cull() in tens: either would empty 40 MiB to make room for 4. So blocks leave one at
         # a time, in diskcache's policy order, never the block just put (else LFU would evict
         # every newcomer, which has no reads yet, while the store is full of read blocks).
-        template = diskcache.EVICTION_POLICY[self._cache.eviction_policy]["cull"]
-        select = template.format(fields="key", now=0)
-        with self._evict_lock:
-            while self._cache.volume() + reserve > self._size_limit():
-                victims = [k for (k,) in self._query(select, 2) if k != keep]
-                if not victims:
-                    return
-                if self._cache.delete(victims[0]):
-                    self._count("evictions")
+        # The caller holds the write lock.
+        if self._cache.volume() + reserve <= self._size_limit():
+            return
+        self._index.flush(self._cache)  # the policy query sees every read so far
+        while self._cache.volume() + reserve > self._size_limit():
+            victims = [k for (k,) in self._query(self._victims, 2) if k != keep]
+            if not victims:
+                return
+            if self._cache.delete(victims[0]):
+                self._count("evictions")
+            self._index.forget(victims[0])
 
     def _check_index(self) -> list[str]:
         # diskcache reports through warnings.warn; "always" keeps each report a record, not an
@@ -256,29 +310,48 @@ class DiskBlockStore(_Statistics):
 
     def _check_blocks(self) -> list[str]:
         problems = []
-        for key, tag, mode, filename, value in self._query(
-            "SELECT key, tag, mode, filename, value FROM Cache"
-        ):
-            try:
-                data = self._cache.disk.fetch(mode, filename, value, False)
-            except OSError:
-                continue  # evicted or replaced since the query
-            if tag != _checksum_tag(data):
+        for key, row in self._index.items():
+            data = read_file(row.path, row.size)
+            if data is not None and not row.matches(data):
                 problems.append(f"corrupt block {key}: checksum mismatch, deleted")
-                self._drop_corrupt(key)
+                self._drop_corrupt(key, row)
         return problems
 
-    def _drop_corrupt(self, key: str) -> None:
-        # A writer may have replaced the block since it was read; deleting the fresh copy
-        # then costs one miss, which is cheaper than a second index lookup on every failure.
-        self._cache.delete(key)
+    def _drop_corrupt(self, key: str, row: Row) -> None:
+        # Out of the index and off the disk now, its row at the next flush (no SQL here: get
+        # may run on an event loop). A put that replaced the block meanwhile keeps its copy.
+        self._index.doom(key, row)
+        self._cache.disk.remove(self._index.filename(row))
         self._count("corrupt")
 
+    def _flush_in_background(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001 - logged; what is not written waits for the next
+            log.warning("could not flush block reads to %s: %s", self._cache.directory, exc)
+
     def _query(self, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-        # diskcache has no public query for a policy's next victim, nor one for a row's tag that
-        # leaves LRU/LFU bookkeeping alone: its (pinned 5.6.3) connection runs our SELECTs.
+        # diskcache has no public query for a policy's next victim: its (pinned 5.6.3)
+        # connection runs our SELECTs.
         rows: list[tuple[Any, ...]] = self._cache._sql(statement, params).fetchall()
         return rows
+
+
+def _flush_periodically(
+    store_ref: weakref.ref[DiskBlockStore], closing: threading.Event, interval: float
+) -> None:
+    # Holds the store weakly: a store dropped without close() ends this thread too.
+    try:
+        while not closing.wait(interval):
+            store = store_ref()
+            if store is None:
+                return
+            store._flush_in_background()
+            del store
+    finally:
+        store = store_ref()
+        if store is not None:
+            store._cache.close()  # this thread's connection
 
 
 @dataclass
@@ -368,14 +441,6 @@ class MemoryBlockStore(_Statistics):
                 return
             del self._entries[min(victims)[1]]
             self._count("evictions")
-
-
-def _checksum_tag(data: bytes) -> str:
-    # Stored in the block's index row (diskcache's tag column), committed in the same
-    # transaction as the file name, so the file holds exactly the block's bytes and a file torn
-    # after the commit cannot bring a matching checksum along. Self-describing, so a later
-    # algorithm can replace it: a tag of any other form never matches and reads as corrupt.
-    return f"crc32c:{crc32c(data):08x}"
 
 
 def _policy_name(eviction: str) -> str:

