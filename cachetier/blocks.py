@@ -17,6 +17,7 @@ DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
 
 # blake2b's personalisation separates block ids from any other hash of the same fields.
 _PERSON = b"lakegate.block.1"
+_MARKER_PERSON = b"lakegate.marker1"
 _DIGEST_SIZE = 20
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
@@ -49,6 +50,17 @@ class BlockId:
             digest.update(raw)
         digest.update(index.to_bytes(8, "big"))
         digest.update(block_size.to_bytes(8, "big"))
+        return cls(digest.hexdigest())
+
+    @classmethod
+    def marker(cls, bucket: str, key: str) -> BlockId:
+        """The id of a key's marker: an empty entry stored next to its first cached block,
+        saying "blocks of this key may be in this store" (whatever the version)."""
+        digest = hashlib.blake2b(digest_size=_DIGEST_SIZE, person=_MARKER_PERSON)
+        for text in (bucket, key):
+            raw = text.encode("utf-8", "surrogatepass")
+            digest.update(len(raw).to_bytes(8, "big"))
+            digest.update(raw)
         return cls(digest.hexdigest())
 
     def __str__(self) -> str:

@@ -74,7 +74,7 @@ class CachedLake:
     def _store_blocks(self, bucket: str, key: str, etag: str, data: bytes) -> None:
         size = self.reads.block_size
         for index, start in enumerate(range(0, len(data), size)):
-            self.reads.store.put(BlockId.of(bucket, key, etag, index, size), data[start : start + size])
+            self.reads.store_block(bucket, key, BlockId.of(bucket, key, etag, index, size), data[start : start + size])
         self.reads.stats.add(current.get().tenant, "write_blocks", (len(data) + size - 1) // size)
 
     async def copy_object(

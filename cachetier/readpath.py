@@ -26,7 +26,7 @@ from cachetier.blockstore import BlockStore
 from cachetier.cachestats import CacheStats
 from cachetier.conditions import Conditions
 from cachetier.context import RequestContext, current
-from cachetier.errors import NoSuchKey, PreconditionFailed, ServiceUnavailable
+from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed, ServiceUnavailable
 from cachetier.lake import Lake, ObjectInfo, ObjectStream
 from cachetier.metacache import MetadataCache
 from cachetier.ranges import ByteRange
@@ -56,7 +56,10 @@ class _HeadFlight:
 class BlockFetch:
     """One block on its way from the lake, readable by any number of readers as it arrives."""
 
-    def __init__(self) -> None:
+    def __init__(self, owned: bool = True) -> None:
+        # False while a fetch started by metadata discovery waits for the reader it was
+        # started for: that reader owns it rather than joining someone else's
+        self.owned = owned
         self.chunks: list[bytes] = []
         self.size = 0
         self.done = False
@@ -124,7 +127,14 @@ class ReadPath:
 
     # ---- metadata ---------------------------------------------------------------------------
 
-    async def head(self, bucket: str, key: str) -> ObjectInfo:
+    async def head(self, bucket: str, key: str, first_block: int | None = None) -> ObjectInfo:
+        """The object's metadata: from the metadata cache, else from the lake.
+
+        ``first_block`` is the block a GET starts with. When this store has never held a
+        block of the key (no marker), a miss asks the lake for that block instead of a HEAD:
+        the ranged GET's answer carries the metadata too, and its body becomes that block's
+        fetch, so a cold read costs one round trip to its first byte, not two. When blocks may
+        be cached (after a restart, an expired TTL, a write-through), a HEAD revalidates them."""
         ctx = current.get()
         if not ctx.no_cache:
             info = self.meta.get(bucket, key)
@@ -132,21 +142,56 @@ class ReadPath:
                 self.stats.add(ctx.tenant, "meta_hits")
                 return info
         self.stats.add(ctx.tenant, "meta_misses")
+        if first_block is not None and BlockId.marker(bucket, key) in self.store:
+            first_block = None
         flight = self._heads.get((bucket, key))
-        if flight is None:  # single flight for HEADs too: 16 cold readers, one lake HEAD
+        if flight is None:  # single flight: 16 cold readers, one lake request
             flight = _HeadFlight()
-            flight.future = asyncio.ensure_future(self._head(bucket, key, flight))
+            flight.future = asyncio.ensure_future(self._discover(bucket, key, first_block, flight, ctx))
             self._heads[(bucket, key)] = flight
         return await asyncio.shield(flight.future)
 
-    async def _head(self, bucket: str, key: str, flight: _HeadFlight) -> ObjectInfo:
+    async def _discover(
+        self, bucket: str, key: str, first_block: int | None, flight: _HeadFlight, ctx: RequestContext
+    ) -> ObjectInfo:
         try:
-            info = await self.lake.head_object(bucket, key)
+            info = None
+            if first_block is not None:
+                info = await self._first_block(bucket, key, first_block, ctx)
+            if info is None:
+                info = await self.lake.head_object(bucket, key)
         finally:
             if self._heads.get((bucket, key)) is flight:
                 del self._heads[(bucket, key)]
-        if not flight.stale:  # a write while the HEAD was out: its answer may predate the write
+        if not flight.stale:  # a write while the request was out: its answer may predate the write
             self.meta.put(info)
+        return info
+
+    async def _first_block(self, bucket: str, key: str, index: int, ctx: RequestContext) -> ObjectInfo | None:
+        """GET block ``index`` and keep its body as that block's fetch. None when the answer
+        cannot serve as one (a range past the end, an empty object): a HEAD then. An object too
+        large to cache costs this one cut-short GET on its first read (then its metadata is
+        cached, and reads of it go straight to the lake)."""
+        lo = index * self.block_size
+        try:
+            stream = await self.lake.get_object(bucket, key, ByteRange(first=lo, last=lo + self.block_size - 1))
+        except InvalidRange:
+            return None
+        info = stream.info
+        if info.size > self.max_cached_object:  # will bypass the cache: the metadata is all we need
+            await stream.aclose()
+            return info
+        if not lo < info.size or stream.content_range != block_bounds(index, info.size, self.block_size):
+            await stream.aclose()
+            return None
+        bid = BlockId.of(bucket, key, info.etag, index, self.block_size)
+        if bid in self._fetches or bid in self.store:
+            await stream.aclose()
+            return info
+        self.stats.add(ctx.tenant, "lake_gets")
+        fetch = BlockFetch(owned=False)
+        self._fetches[bid] = fetch
+        self._spawn(self._run_fetch(info, index, bid, fetch, ctx, opened=stream))
         return info
 
     def invalidate(self, bucket: str, key: str) -> None:
@@ -165,7 +210,7 @@ class ReadPath:
             return await self._bypass(bucket, key, rng, conditions, ctx)
         for attempt in (1, 2):
             try:
-                info = await self.head(bucket, key)
+                info = await self.head(bucket, key, self._starting_block(rng))
             except NoSuchKey:
                 # A HEAD's 404 has no body: it cannot tell a missing key from a missing bucket.
                 # A plain GET answers with the lake's own error (or the object, if it just came).
@@ -188,6 +233,12 @@ class ReadPath:
                 continue
             return ObjectStream(info, content_range, _prepend(first, body))
         raise AssertionError("unreachable")
+
+    def _starting_block(self, rng: ByteRange | None) -> int | None:
+        """The block a GET starts with, when it is known before the size (not for a suffix)."""
+        if rng is None:
+            return 0
+        return None if rng.first is None else rng.first // self.block_size
 
     async def _bypass(
         self, bucket: str, key: str, rng: ByteRange | None, conditions: Conditions, ctx: RequestContext
@@ -216,6 +267,9 @@ class ReadPath:
             if fetch is None:
                 self.stats.add(ctx.tenant, "misses")
                 fetch = self._start_fetch(info, index, bid, ctx)
+            elif not fetch.owned:
+                self.stats.add(ctx.tenant, "misses")
+                fetch.owned = True
             else:
                 self.stats.add(ctx.tenant, "coalesced")
             self._prefetch(info, *ahead, ctx)  # after this block's own GET: it goes out first
@@ -261,20 +315,23 @@ class ReadPath:
         self._spawn(self._run_fetch(info, index, bid, fetch, ctx))
         return fetch
 
-    async def _run_fetch(self, info: ObjectInfo, index: int, bid: BlockId, fetch: BlockFetch, ctx: RequestContext) -> None:
+    async def _run_fetch(
+        self, info: ObjectInfo, index: int, bid: BlockId, fetch: BlockFetch, ctx: RequestContext,
+        opened: ObjectStream | None = None,
+    ) -> None:
         """Fetch one block into ``fetch`` and then into L1. The entry stays in ``_fetches``
         until the block is stored, so no reader can miss both and fetch it a second time."""
         try:
             data = None
-            if bid in self.store:  # stored while a reader looked?
+            if opened is None and bid in self.store:  # stored while a reader looked?
                 data = await asyncio.to_thread(self.store.get, bid)
             if data is None:
-                data = await self._from_lake(info, index, fetch, ctx)
+                data = await self._from_lake(info, index, fetch, ctx, opened)
             else:
                 fetch.feed(data)
             fetch.finish()
-            if fetch.size == len(data) and not self.store.__contains__(bid):
-                await asyncio.to_thread(self.store.put, bid, data)
+            if fetch.size == len(data) and bid not in self.store:
+                await asyncio.to_thread(self.store_block, info.bucket, info.key, bid, data)
         except BaseException as exc:  # noqa: BLE001 - handed to every reader of this block
             if isinstance(exc, PreconditionFailed):
                 self.meta.invalidate(info.bucket, info.key)
@@ -284,12 +341,22 @@ class ReadPath:
         finally:
             self._fetches.pop(bid, None)
 
-    async def _from_lake(self, info: ObjectInfo, index: int, fetch: BlockFetch, ctx: RequestContext) -> bytes:
+    def store_block(self, bucket: str, key: str, bid: BlockId, data: bytes) -> None:
+        """Put a block into L1, with the key's marker (blocking: call from a thread)."""
+        marker = BlockId.marker(bucket, key)
+        if marker not in self.store:
+            self.store.put(marker, b"")
+        self.store.put(bid, data)
+
+    async def _from_lake(
+        self, info: ObjectInfo, index: int, fetch: BlockFetch, ctx: RequestContext, stream: ObjectStream | None
+    ) -> bytes:
         lo, hi = block_bounds(index, info.size, self.block_size)
-        self.stats.add(ctx.tenant, "lake_gets")
-        stream = await self.lake.get_object(
-            info.bucket, info.key, ByteRange(first=lo, last=hi), Conditions(if_match=info.etag)
-        )
+        if stream is None:
+            self.stats.add(ctx.tenant, "lake_gets")
+            stream = await self.lake.get_object(
+                info.bucket, info.key, ByteRange(first=lo, last=hi), Conditions(if_match=info.etag)
+            )
         try:
             async for chunk in stream.body:
                 fetch.feed(chunk)

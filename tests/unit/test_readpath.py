@@ -223,14 +223,15 @@ def test_concurrent_readers_of_a_cold_block_share_one_lake_get(lake: CountingLak
         reads = _reads(lake)
         lake.hold_gets = asyncio.Event()
         readers = [asyncio.ensure_future(read(reads, "k")) for _ in range(16)]
-        await until(lambda: len(lake.gets) == 1 and counts(reads).get("coalesced") == 15)
+        await until(lambda: len(lake.gets) == 1)
+        await asyncio.sleep(0.01)  # time for a second request to go out, if one would
         lake.hold_gets.set()
         bodies = [body for _, body in await asyncio.gather(*readers)]
         await drain(reads)
         assert bodies == [data] * 16
         assert lake.gets == [("k", block_range(0, BS))]
-        assert lake.heads == ["k"]  # one HEAD too
-        assert (counts(reads)["misses"], counts(reads)["lake_gets"]) == (1, 1)
+        assert lake.heads == []  # a cold key: the block's GET brought the metadata, no HEAD
+        assert (counts(reads)["misses"], counts(reads)["lake_gets"], counts(reads)["coalesced"]) == (1, 1, 15)
 
     run(main())
 
@@ -257,7 +258,7 @@ def test_a_reader_that_goes_away_does_not_cancel_the_fetch_for_the_others(lake: 
         reads = _reads(lake)
         lake.hold_gets = asyncio.Event()
         leaving, staying = asyncio.ensure_future(read(reads, "k")), asyncio.ensure_future(read(reads, "k"))
-        await until(lambda: counts(reads).get("coalesced") == 1)
+        await until(lambda: len(lake.gets) == 1)
         leaving.cancel()
         lake.hold_gets.set()
         assert (await staying)[1] == data
@@ -281,7 +282,7 @@ def test_a_one_block_range_does_not_prefetch(lake: CountingLake) -> None:
         await drain(reads)
         assert body == data[5 * BS + 3 : 5 * BS + 4]
         assert lake.gets == [("k", block_range(5, len(data)))]
-        assert len(reads.store) == 1  # type: ignore[arg-type]
+        assert len(reads.store) == 2  # type: ignore[arg-type]  # the block and the key's marker
         assert counts(reads).get("prefetches", 0) == 0
 
     run(main())
@@ -361,7 +362,10 @@ def test_an_object_changed_behind_the_metadata_is_read_new_after_one_retry(lake:
         await drain(reads)
         assert body == new
         assert stream.info.etag == new_etag
-        assert lake.heads == ["k", "k"]  # the retry revalidated
+        # the first HEAD (above) left no block; the retry found no marker and revalidated
+        # through the first block's GET, which brings the new metadata
+        assert lake.heads == ["k"]
+        assert ("k", block_range(0, len(new))) in lake.gets
         assert not any(BlockId.of(B, "k", old_etag, i, BS) in reads.store for i in range(4))
 
     run(main())
@@ -463,7 +467,7 @@ def test_a_range_past_the_end_is_invalid(lake: CountingLake, rng: ByteRange) -> 
         with pytest.raises(InvalidRange) as exc:
             await read(_reads(lake), "k", rng)
         assert exc.value.headers == {"Content-Range": f"bytes */{SIZE}"}
-        assert lake.gets == []
+        assert len(lake.gets) <= 1  # at most the first block's GET (cold key), then the size is known
 
     run(main())
 
@@ -475,7 +479,8 @@ def test_a_zero_byte_object(lake: CountingLake) -> None:
         for _ in range(2):
             stream, body = await read(reads, "empty")
             assert (body, stream.info.size, stream.info.etag, stream.content_range) == (b"", 0, etag, None)
-        assert lake.gets == []  # nothing to fetch: the HEAD says it all
+        # a cold key: the first block's GET is refused (416), and a HEAD then says it all
+        assert len(lake.gets) == 1 and lake.heads == ["empty"]
         for rng in (ByteRange(0, 0), ByteRange(0, None), ByteRange(None, suffix=1)):
             with pytest.raises(InvalidRange):
                 await read(reads, "empty", rng)
@@ -531,13 +536,13 @@ def test_metadata_is_revalidated_after_the_ttl(lake: CountingLake) -> None:
 
         clock.now += 4.9
         assert (await read(reads, "k"))[1] == old  # within the TTL: the cached version, whole
-        assert lake.heads == ["k"]
+        assert lake.heads == []  # the cold read got its metadata with its first block
         clock.now += 0.1
         stream, body = await read(reads, "k")
         assert (body, stream.info.etag) == (new, new_etag)
-        assert lake.heads == ["k", "k"]
+        assert lake.heads == ["k"]  # blocks of the key are cached: a HEAD revalidates them
         assert (await reads.head(B, "k")).etag == new_etag
-        assert lake.heads == ["k", "k"]
+        assert lake.heads == ["k"]
 
     run(main())
 
@@ -660,8 +665,9 @@ def test_an_overwrite_through_the_cache_wins_over_a_head_in_flight(lake: Countin
         clock.now += 61  # the metadata expired: the next read revalidates
 
         lake.hold_heads = asyncio.Event()
+        heads_before = lake.answered_heads
         before = asyncio.ensure_future(cached.head_object(B, "k"))  # answered "old", on its way
-        await until(lambda: lake.answered_heads == 2)
+        await until(lambda: lake.answered_heads == heads_before + 1)
         await cached.put_object(B, "k", _body(new), len(new), ObjectAttributes())
 
         joined = asyncio.ensure_future(read(cached, "k"))  # starts after the PUT returned
