@@ -272,8 +272,15 @@ class ReadPath:
                 fetch.owned = True
             else:
                 self.stats.add(ctx.tenant, "coalesced")
-            self._prefetch(info, *ahead, ctx)  # after this block's own GET: it goes out first
-            async for piece in fetch.read(a, b):
+            pieces = fetch.read(a, b)
+            async for piece in pieces:
+                self.stats.add(ctx.tenant, "bytes_from_lake", len(piece))
+                yield piece
+                break
+            # read-ahead once this block's first bytes are out: signing and sending the next
+            # GETs on the event loop would otherwise delay them (time to first byte)
+            self._prefetch(info, *ahead, ctx)
+            async for piece in pieces:
                 self.stats.add(ctx.tenant, "bytes_from_lake", len(piece))
                 yield piece
 
