@@ -46,8 +46,9 @@ class ObjectChanged(ServiceUnavailable):
     message = "The object changed in the lake while it was being read. Please retry."
 
 
-class _HeadFlight:
-    """A HEAD on its way to the lake, shared by the readers that need it."""
+class _MetadataFlight:
+    """A metadata lookup on its way to the lake (a HEAD, or a cold key's first block GET),
+    shared by the readers that need it."""
 
     future: asyncio.Future[ObjectInfo]
     stale = False  # the key was written meanwhile: do not cache the answer
@@ -121,7 +122,7 @@ class ReadPath:
         self.max_cached_object = max_cached_object
         self.meta = MetadataCache(meta_ttl, clock)
         self._fetches: dict[BlockId, BlockFetch] = {}
-        self._heads: dict[tuple[str, str], _HeadFlight] = {}
+        self._lookups: dict[tuple[str, str], _MetadataFlight] = {}
         self._next_offset: OrderedDict[tuple[str, str, str], int] = OrderedDict()  # sequential readers
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -144,15 +145,15 @@ class ReadPath:
         self.stats.add(ctx.tenant, "meta_misses")
         if first_block is not None and BlockId.marker(bucket, key) in self.store:
             first_block = None
-        flight = self._heads.get((bucket, key))
+        flight = self._lookups.get((bucket, key))
         if flight is None:  # single flight: 16 cold readers, one lake request
-            flight = _HeadFlight()
+            flight = _MetadataFlight()
             flight.future = asyncio.ensure_future(self._discover(bucket, key, first_block, flight, ctx))
-            self._heads[(bucket, key)] = flight
+            self._lookups[(bucket, key)] = flight
         return await asyncio.shield(flight.future)
 
     async def _discover(
-        self, bucket: str, key: str, first_block: int | None, flight: _HeadFlight, ctx: RequestContext
+        self, bucket: str, key: str, first_block: int | None, flight: _MetadataFlight, ctx: RequestContext
     ) -> ObjectInfo:
         try:
             info = None
@@ -161,8 +162,8 @@ class ReadPath:
             if info is None:
                 info = await self.lake.head_object(bucket, key)
         finally:
-            if self._heads.get((bucket, key)) is flight:
-                del self._heads[(bucket, key)]
+            if self._lookups.get((bucket, key)) is flight:
+                del self._lookups[(bucket, key)]
         if not flight.stale:  # a write while the request was out: its answer may predate the write
             self.meta.put(info)
         return info
@@ -198,7 +199,7 @@ class ReadPath:
         """Forget the key's metadata, and any HEAD in flight for it: a read that starts after a
         write must not join a HEAD that may have been answered before the write."""
         self.meta.invalidate(bucket, key)
-        flight = self._heads.pop((bucket, key), None)
+        flight = self._lookups.pop((bucket, key), None)
         if flight is not None:
             flight.stale = True
 
