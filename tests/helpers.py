@@ -222,6 +222,35 @@ class GatewayProcess:
         return "\n".join(text[-lines:])
 
 
+
+class _Captured(Exception):
+    """Stops boto3 right before a request leaves."""
+
+
+def boto3_request(endpoint_url: str, operation: str, **params: Any) -> Any:
+    """The request boto3 (default config, SigV4, path style) would send for one call, captured
+    before it leaves: no network. Over https, boto3 sends bodies aws-chunked with trailers."""
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="AK",
+        aws_secret_access_key="SK",
+        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
+    )
+    box: dict[str, Any] = {}
+
+    def capture(request: Any, **_: Any) -> None:
+        box["request"] = request
+        raise _Captured()
+
+    client.meta.events.register("before-send.s3.*", capture)
+    try:
+        getattr(client, operation)(**params)
+    except _Captured:
+        return box["request"]
+    raise AssertionError(f"boto3 did not send {operation}")
+
 def chunks(data: bytes, size: int) -> Iterator[bytes]:
     for start in range(0, len(data), size):
         yield data[start:start + size]

@@ -12,9 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.httpchecksum import _CHECKSUM_CLS
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -34,6 +32,8 @@ from gateway.s3.errors import (
     XAmzContentSHA256Mismatch,
 )
 from gateway.s3.sigv4 import SignedRequest, authenticate
+
+from helpers import boto3_request
 
 CHECK = b"123456789"  # the customary CRC check input
 
@@ -177,30 +177,9 @@ def test_empty_body() -> None:
     assert error is None and got == []
 
 
-class _Captured(Exception):
-    pass
-
-
 def test_boto3_plain_put_end_to_end() -> None:
     """boto3 over plain http signs the payload hash and sends a crc32 header: both verify."""
-    client = boto3.client(
-        "s3",
-        endpoint_url="http://gateway.example",
-        region_name="us-east-1",
-        aws_access_key_id="AK",
-        aws_secret_access_key="SK",
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
-    )
-    box: dict[str, Any] = {}
-
-    def capture(request: Any, **_: Any) -> None:
-        box["request"] = request
-        raise _Captured()
-
-    client.meta.events.register("before-send.s3.*", capture)
-    with pytest.raises(_Captured):
-        client.put_object(Bucket="bkt", Key="k", Body=io.BytesIO(BODY), ContentMD5=MD5)
-    sent = box["request"]
+    sent = boto3_request("http://gateway.example", "put_object", Bucket="bkt", Key="k", Body=io.BytesIO(BODY), ContentMD5=MD5)
     headers = [
         (k.lower(), v.decode() if isinstance(v, bytes) else v) for k, v in sent.headers.items()
     ]

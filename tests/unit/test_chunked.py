@@ -12,12 +12,9 @@ import itertools
 import zlib
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import urlsplit
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.httpchecksum import _CHECKSUM_CLS, AwsChunkedWrapper
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,6 +34,8 @@ from gateway.s3.errors import (
     SignatureDoesNotMatch,
 )
 from gateway.s3.sigv4 import AuthContext, SignedRequest, authenticate, signing_key
+
+from helpers import boto3_request
 
 # ---- AWS docs: "Signature Calculation: Transferring Payload in Multiple Chunks" ----
 
@@ -398,31 +397,10 @@ def test_botocore_aws_chunked_wrapper(algorithm: str) -> None:
     assert trailers[name] == _CHECKSUM_CLS[algorithm]().handle(PAYLOAD)
 
 
-class _Captured(Exception):
-    pass
-
-
 def test_boto3_put_object_end_to_end() -> None:
     """boto3 over https sends aws-chunked with a crc32 trailer; we verify its signature,
     then decode its body."""
-    client = boto3.client(
-        "s3",
-        endpoint_url="https://gateway.example",
-        region_name="us-east-1",
-        aws_access_key_id="AK",
-        aws_secret_access_key="SK",
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
-    )
-    box: dict[str, Any] = {}
-
-    def capture(request: Any, **_: Any) -> None:
-        box["request"] = request
-        raise _Captured()
-
-    client.meta.events.register("before-send.s3.*", capture)
-    with pytest.raises(_Captured):
-        client.put_object(Bucket="bkt", Key="dir/a key+1", Body=io.BytesIO(PAYLOAD))
-    sent = box["request"]
+    sent = boto3_request("https://gateway.example", "put_object", Bucket="bkt", Key="dir/a key+1", Body=io.BytesIO(PAYLOAD))
     headers = [
         (k.lower(), v.decode() if isinstance(v, bytes) else v) for k, v in sent.headers.items()
     ]
