@@ -404,6 +404,12 @@ class S3Lake:
     ) -> httpx.Response:
         """Send a signed request, retrying what may be retried; the successful response,
         read unless ``stream``. ``not_found`` is the code of a 404 without a body (HEAD)."""
+        if content is not None and not isinstance(content, bytes) and length == 0:
+            # An empty body has no last byte to hold back: the lake would store the object as
+            # soon as the headers arrive. Run the body's checks (they raise at its end) first.
+            async for _chunk in content:
+                raise IncompleteBody("The body is longer than its declared length.")
+            content = b""
         upload = _Upload(content, length or 0) if content is not None and not isinstance(content, bytes) else None
         retryable = method in _IDEMPOTENT_METHODS if idempotent is None else idempotent
         for attempt in range(self._retries + 1):
