@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from cachetier.conditions import Conditions
 from cachetier.dirlake import MIN_PART_SIZE, DirLake, valid_bucket_name
-from cachetier.dirlake_listing import decode_token, encode_token, list_objects_page, prefix_end
+from cachetier.dirlake.listing import decode_token, encode_token, list_objects_page, prefix_end
 from cachetier.errors import (
     BadDigest,
     BucketNotEmpty,
