@@ -363,6 +363,18 @@ def lakegate_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from gateway.cli import main; sys.exit(main())"]
 
 
+def terminate(proc: subprocess.Popen[bytes] | None, sig: int, grace: float) -> None:
+    """Send ``sig`` to a running child, wait ``grace`` seconds, then kill it."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=15)
+
+
 @dataclass
 class Gateway:
     """A ``lakegate serve`` subprocess in front of ``lake``, with a temp tenants file and
@@ -458,13 +470,7 @@ class Gateway:
 
     def stop(self) -> None:
         cancel_on_exit(self.stop)
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
+        terminate(self.proc, signal.SIGTERM, grace=15)
         if self.workdir is not None and not self.keep_dir:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
@@ -1020,13 +1026,7 @@ class PySpy:
 
     def stop(self) -> Path:
         cancel_on_exit(self.stop)
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        terminate(self.proc, signal.SIGINT, grace=60)  # SIGINT: py-spy writes its output
         return self.out
 
 

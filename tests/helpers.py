@@ -251,6 +251,22 @@ def boto3_request(endpoint_url: str, operation: str, **params: Any) -> Any:
         return box["request"]
     raise AssertionError(f"boto3 did not send {operation}")
 
+
+def authenticate_sent(sent: Any, secrets: Mapping[str, str]) -> tuple[Any, list[tuple[str, str]]]:
+    """Verify a captured boto3 request with the gateway's SigV4 check: (AuthContext, the
+    request's headers as the gateway sees them, lower-case names)."""
+    from datetime import UTC, datetime
+    from urllib.parse import urlsplit
+
+    from gateway.s3.sigv4 import SignedRequest, authenticate
+
+    headers = [(k.lower(), v.decode() if isinstance(v, bytes) else v) for k, v in sent.headers.items()]
+    url = urlsplit(sent.url)
+    auth = authenticate(
+        SignedRequest(sent.method, url.path.encode(), url.query.encode(), headers), secrets.get, datetime.now(UTC)
+    )
+    return auth, headers
+
 def chunks(data: bytes, size: int) -> Iterator[bytes]:
     for start in range(0, len(data), size):
         yield data[start:start + size]

@@ -66,8 +66,8 @@ from cachetier.dirlake.index import (
 from cachetier.dirlake.listing import list_objects_page
 from cachetier.dirlake.multipart import MAX_LISTED_PARTS, MAX_PART_NUMBER, MIN_PART_SIZE, _MultipartUploads
 from cachetier.errors import (
-    BucketNotEmpty, EntityTooLarge, InvalidBucketName, InvalidRequest, NoSuchBucket, NoSuchKey, NotModified,
-    PreconditionFailed, S3Error,
+    BucketNotEmpty, EntityTooLarge, InvalidBucketName, InvalidRequest, NoSuchBucket, NoSuchKey,
+    S3Error,
 )  # fmt: skip
 from cachetier.lake import (
     Body, BucketInfo, CopySource, DeleteOutcome, ListEntry, ListPage, ListQuery, ObjectAttributes, ObjectInfo,
@@ -86,15 +86,6 @@ SELF_COPY_MESSAGE = (
     "changing the object's metadata, storage class, website redirect location or encryption "
     "attributes."
 )
-
-
-def _copy_conditions(conditions: Conditions, record: _Record) -> None:
-    """x-amz-copy-source-if-*: S3 answers 412 where a GET would answer 304. (Conditions.check
-    with for_read=False ignores If-Modified-Since, which S3 does check on copies.)"""
-    try:
-        conditions.check(record.etag, _utc(record.last_modified))
-    except NotModified as exc:
-        raise PreconditionFailed() from exc
 
 
 class DirLake(_MultipartUploads):
@@ -220,7 +211,8 @@ class DirLake(_MultipartUploads):
         check_key(source.key)
 
         def prepare(record: _Record) -> tuple[int, int] | None:
-            _copy_conditions(source.conditions, record)
+            # copy-source conditions: 412 where a GET would answer 304
+            source.conditions.check(record.etag, _utc(record.last_modified), for_read=False)
             if for_part and source.range is not None:
                 return source.range.resolve(record.size)
             return None

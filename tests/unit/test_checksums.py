@@ -8,9 +8,7 @@ import base64
 import hashlib
 import io
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from botocore.httpchecksum import _CHECKSUM_CLS
@@ -31,9 +29,8 @@ from gateway.s3.errors import (
     S3Error,
     XAmzContentSHA256Mismatch,
 )
-from gateway.s3.sigv4 import SignedRequest, authenticate
 
-from helpers import boto3_request
+from helpers import authenticate_sent, boto3_request
 
 CHECK = b"123456789"  # the customary CRC check input
 
@@ -180,15 +177,7 @@ def test_empty_body() -> None:
 def test_boto3_plain_put_end_to_end() -> None:
     """boto3 over plain http signs the payload hash and sends a crc32 header: both verify."""
     sent = boto3_request("http://gateway.example", "put_object", Bucket="bkt", Key="k", Body=io.BytesIO(BODY), ContentMD5=MD5)
-    headers = [
-        (k.lower(), v.decode() if isinstance(v, bytes) else v) for k, v in sent.headers.items()
-    ]
-    url = urlsplit(sent.url)
-    auth = authenticate(
-        SignedRequest("PUT", url.path.encode(), url.query.encode(), headers),
-        {"AK": "SK"}.get,
-        datetime.now(UTC),
-    )
+    auth, headers = authenticate_sent(sent, {"AK": "SK"})
     assert auth is not None and auth.payload_hash == SHA256
     head = dict(headers)
     sums = checksums_from_headers(headers)

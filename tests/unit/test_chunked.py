@@ -12,7 +12,6 @@ import itertools
 import zlib
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
 
 import pytest
 from botocore.httpchecksum import _CHECKSUM_CLS, AwsChunkedWrapper
@@ -35,7 +34,7 @@ from gateway.s3.errors import (
 )
 from gateway.s3.sigv4 import AuthContext, SignedRequest, authenticate, signing_key
 
-from helpers import boto3_request
+from helpers import authenticate_sent, boto3_request
 
 # ---- AWS docs: "Signature Calculation: Transferring Payload in Multiple Chunks" ----
 
@@ -401,15 +400,7 @@ def test_boto3_put_object_end_to_end() -> None:
     """boto3 over https sends aws-chunked with a crc32 trailer; we verify its signature,
     then decode its body."""
     sent = boto3_request("https://gateway.example", "put_object", Bucket="bkt", Key="dir/a key+1", Body=io.BytesIO(PAYLOAD))
-    headers = [
-        (k.lower(), v.decode() if isinstance(v, bytes) else v) for k, v in sent.headers.items()
-    ]
-    url = urlsplit(sent.url)
-    auth = authenticate(
-        SignedRequest("PUT", url.path.encode(), url.query.encode(), headers),
-        {"AK": "SK"}.get,
-        datetime.now(UTC),
-    )
+    auth, headers = authenticate_sent(sent, {"AK": "SK"})
     assert auth is not None and auth.payload_hash == UNSIGNED_TRAILER
     head = dict(headers)
     names = announced_trailers(head["x-amz-trailer"])

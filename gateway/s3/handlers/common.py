@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from cachetier.conditions import Conditions, parse_http_date
+from cachetier.ranges import ByteRange
 from cachetier.lake import CHECKSUM_HEADERS, STORED_HEADERS, CopySource, Lake, ObjectAttributes, ObjectInfo
 from gateway.s3.body import RequestBody
 from gateway.s3.errors import AccessDenied, InvalidArgument, InvalidBucketName, KeyTooLongError, Unimplemented
@@ -122,8 +123,6 @@ _OVERRIDES = {f"response-{name}": name for name in (
 
 
 def copy_source(call: Call, *, with_range: bool) -> CopySource:
-    from cachetier.ranges import ByteRange
-
     raw = call.req.headers["x-amz-copy-source"]
     path, _, version = raw.partition("?")
     if version:
