@@ -25,6 +25,11 @@ _SERVE_FLAGS = {
     "--tls-key": "tls_key",
     "--virtual-host-suffix": "virtual_host_suffixes",
     "--log-level": "log_level",
+    "--node-id": "node_id",
+    "--peers": "peers",
+    "--advertise-url": "advertise_url",
+    "--cache-capacity": "cache_capacity",
+    "--l2-capacity": "l2_capacity",
 }
 
 
@@ -34,7 +39,18 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run one gateway node")
     for flag, field in _SERVE_FLAGS.items():
         serve.add_argument(flag, dest=field, default=None, help=f"overrides LAKEGATE_{field.upper()}")
+    serve.set_defaults(run=_serve_command)
+    for module in _command_modules():
+        module.register(sub)  # each sets its parsers' ``run`` default
     return parser
+
+
+def _command_modules() -> list:  # type: ignore[type-arg]
+    """The other subcommands, one module each: ``register(subparsers)`` adds its parsers."""
+    from gateway import localcluster
+    from gateway.replay import cli as replay_cli
+
+    return [localcluster, replay_cli]
 
 
 def _fail(message: str) -> None:
@@ -114,11 +130,14 @@ def serve(settings: Settings) -> None:
     )
 
 
+def _serve_command(args: argparse.Namespace) -> None:
+    overrides = {field: getattr(args, field) for field in _SERVE_FLAGS.values()}
+    serve(load_settings(overrides))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    if args.command == "serve":
-        overrides = {field: getattr(args, field) for field in _SERVE_FLAGS.values()}
-        serve(load_settings(overrides))
+    args.run(args)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import ByteSize, Field, field_validator, model_validator
+from pydantic import ByteSize, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -45,6 +45,17 @@ class Settings(BaseSettings):
     max_header_bytes: int = Field(16384, ge=1024)
     log_level: str = "info"
     access_log: bool = True
+    # cluster (D3N's L2): empty peers = a node on its own (L1 only)
+    node_id: str = ""
+    peers: str = ""
+    cluster_secret: SecretStr = SecretStr("")
+    advertise_url: str = ""
+    node_weight: float = Field(1.0, gt=0)
+    l2_capacity: ByteSize = ByteSize(4 << 30)
+    replicas: int = Field(1, ge=1, le=3)
+    partitions: int = Field(1024, ge=1, le=1 << 16)
+    heartbeat_interval: float = Field(1.0, gt=0)
+    failure_timeout: float = Field(3.0, gt=0)
 
     @field_validator("listen")
     @classmethod
@@ -96,6 +107,10 @@ class Settings(BaseSettings):
                 raise ValueError(f"TLS file not found: {path}")
         if not self.tenants_file.is_file():
             raise ValueError(f"tenants file not found: {self.tenants_file}")
+        if self.peers and len(self.cluster_secret.get_secret_value()) < 16:
+            raise ValueError("a node with peers needs cluster_secret (LAKEGATE_CLUSTER_SECRET), 16 characters or more")
+        if self.failure_timeout <= self.heartbeat_interval:
+            raise ValueError("failure_timeout must be longer than heartbeat_interval")
         if self.is_s3_lake and not (self.lake_access_key and self.lake_secret_key):
             raise ValueError("an S3 lake needs lake_access_key and lake_secret_key (LAKEGATE_LAKE_ACCESS_KEY/...)")
         return self
@@ -111,6 +126,20 @@ class Settings(BaseSettings):
     @property
     def port(self) -> int:
         return int(self.listen.rpartition(":")[2])
+
+    @property
+    def clustered(self) -> bool:
+        return bool(self.peers)
+
+    @property
+    def self_id(self) -> str:
+        return self.node_id or f"node-{self.port}"
+
+    @property
+    def self_url(self) -> str:
+        if self.advertise_url:
+            return self.advertise_url.rstrip("/")
+        return f"{'https' if self.tls_cert else 'http'}://{self.listen}"
 
     @property
     def host_suffixes(self) -> tuple[str, ...]:

@@ -1,0 +1,1 @@
+"""Trace replay: ``lakegate replay`` and ``lakegate trace synth``."""
