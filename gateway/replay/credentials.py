@@ -1,0 +1,82 @@
+"""Whose keys sign each request: one credential set for every tenant, and/or a file of
+tenant -> keys (lakegate's tenants TOML works as that file: name, access_key, secret_key).
+
+Also the one place a botocore S3 client is made (SigV4, path style, as Hadoop's S3A and
+most tools address a gateway on a plain host name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+from botocore.config import Config
+
+from gateway.tenants import TenantDirectory, TenantsFileError
+
+
+class CredentialsError(ValueError):
+    """Missing or unreadable credentials; the message says which."""
+
+
+@dataclass(frozen=True)
+class Keys:
+    access_key: str
+    secret_key: str
+
+    def __repr__(self) -> str:  # never show the secret
+        return f"Keys(access_key={self.access_key!r})"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Keys by tenant name, with ``default`` for tenants the file does not name."""
+
+    by_tenant: dict[str, Keys]
+    default: Keys | None = None
+
+    @classmethod
+    def load(cls, path: Path | None, access_key: str | None, secret_key: str | None) -> Credentials:
+        if bool(access_key) != bool(secret_key):
+            raise CredentialsError("give both --access-key and --secret-key, or neither")
+        default = Keys(access_key, secret_key) if access_key and secret_key else None
+        by_tenant: dict[str, Keys] = {}
+        if path is not None:
+            try:
+                directory = TenantDirectory.load(path)
+            except TenantsFileError as exc:
+                raise CredentialsError(f"credentials file {exc}") from exc
+            by_tenant = {t.name: Keys(t.access_key, t.secret_key) for t in directory.tenants}
+        if default is None and not by_tenant:
+            raise CredentialsError("no credentials: give --access-key/--secret-key (or "
+                                   "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) or --credentials FILE")
+        return cls(by_tenant, default)
+
+    def keys_for(self, tenant: str) -> Keys:
+        keys = self.by_tenant.get(tenant, self.default)
+        if keys is None:
+            raise CredentialsError(f"no keys for tenant {tenant!r}")
+        return keys
+
+    def check_covers(self, tenants: Iterable[str]) -> None:
+        """Fail before any request goes out if some tenant has no keys."""
+        missing = sorted({t for t in tenants if t not in self.by_tenant} if self.default is None else set())
+        if missing:
+            raise CredentialsError(f"no keys for tenant(s) {', '.join(missing)} in the credentials "
+                                   "file, and no --access-key/--secret-key to fall back on")
+
+
+def s3_client(endpoint: str, keys: Keys, region: str, ca_bundle: str | None = None) -> Any:
+    """A botocore S3 client: SigV4, path-style addressing."""
+    return botocore.session.get_session().create_client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=region,
+        aws_access_key_id=keys.access_key,
+        aws_secret_access_key=keys.secret_key,
+        verify=ca_bundle,
+        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
+    )
