@@ -2,8 +2,9 @@
 it coherent on writes. The S3 handlers call it like any lake and know nothing of caching.
 
 Writes go to the lake as before (write-through). Every write or delete of a key invalidates
-its cached metadata at once; blocks need no invalidation, since they are keyed by ETag and a
-new object has a new ETag. With ``cache_on_write``, a PUT whose body fits ``cache_on_write_max``
+its cached metadata at once, on this node and, in a cluster, on every live peer before the
+write is acknowledged; blocks are keyed by ETag, so a new object has new blocks (the old
+version's known blocks are dropped, not to wait for eviction). With ``cache_on_write``, a PUT whose body fits ``cache_on_write_max``
 is kept in memory while it streams to the lake and, once the lake has answered with its ETag,
 enters L1 as blocks, so a job reading its own output hits.
 """
@@ -14,6 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from cachetier.blocks import BlockId
+from cachetier.cluster import Cluster
 from cachetier.conditions import Conditions
 from cachetier.context import current
 from cachetier.lake import (
@@ -37,9 +39,13 @@ from cachetier.readpath import ReadPath
 
 
 class CachedLake:
-    def __init__(self, lake: Lake, reads: ReadPath, *, cache_on_write: bool = True, cache_on_write_max: int = 64 << 20):
+    def __init__(
+        self, lake: Lake, reads: ReadPath, *, cache_on_write: bool = True, cache_on_write_max: int = 64 << 20,
+        cluster: Cluster | None = None,
+    ):
         self.lake = lake
         self.reads = reads
+        self.cluster = cluster
         self.cache_on_write = cache_on_write
         self.cache_on_write_max = cache_on_write_max
 
@@ -66,10 +72,16 @@ class CachedLake:
                 bucket, key, _tee(body, kept) if keep else body, length, attrs, content_md5
             )
         finally:
-            self.reads.invalidate(bucket, key)
+            await self._written(bucket, [key])
         if keep and sum(map(len, kept)) == length:
             await asyncio.to_thread(self._store_blocks, bucket, key, result.etag, b"".join(kept))
         return result
+
+    async def _written(self, bucket: str, keys: list[str]) -> None:
+        for key in keys:
+            self.reads.invalidate(bucket, key)
+        if self.cluster is not None:
+            await self.cluster.broadcast_invalidate(bucket, keys)
 
     def _store_blocks(self, bucket: str, key: str, etag: str, data: bytes) -> None:
         size = self.reads.block_size
@@ -83,20 +95,19 @@ class CachedLake:
         try:
             return await self.lake.copy_object(source, bucket, key, attrs)
         finally:
-            self.reads.invalidate(bucket, key)
+            await self._written(bucket, [key])
 
     async def delete_object(self, bucket: str, key: str) -> None:
         try:
             await self.lake.delete_object(bucket, key)
         finally:
-            self.reads.invalidate(bucket, key)
+            await self._written(bucket, [key])
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[DeleteOutcome]:
         try:
             return await self.lake.delete_objects(bucket, keys)
         finally:
-            for key in keys:
-                self.reads.invalidate(bucket, key)
+            await self._written(bucket, keys)
 
     async def complete_multipart_upload(
         self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
@@ -104,13 +115,15 @@ class CachedLake:
         try:
             return await self.lake.complete_multipart_upload(bucket, key, upload_id, parts)
         finally:
-            self.reads.invalidate(bucket, key)
+            await self._written(bucket, [key])
 
     async def delete_bucket(self, bucket: str) -> None:
         try:
             await self.lake.delete_bucket(bucket)
         finally:
             self.reads.meta.invalidate_bucket(bucket)
+            if self.cluster is not None:
+                await self.cluster.broadcast_invalidate(bucket, None)
 
     # ---- everything else: straight to the lake ----------------------------------------------
 
@@ -157,6 +170,10 @@ class CachedLake:
     async def aclose(self) -> None:
         await self.reads.aclose()
         self.reads.store.close()
+        if self.reads.l2 is not None:
+            self.reads.l2.close()
+        if self.cluster is not None:
+            await self.cluster.aclose()
         await self.lake.aclose()
 
 

@@ -41,8 +41,10 @@ class MetadataCache:
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
 
-    def invalidate(self, bucket: str, key: str) -> None:
-        self._entries.pop((bucket, key), None)
+    def invalidate(self, bucket: str, key: str) -> ObjectInfo | None:
+        """Forget the key; returns what was cached for it (fresh or not)."""
+        hit = self._entries.pop((bucket, key), None)
+        return hit[0] if hit is not None else None
 
     def invalidate_bucket(self, bucket: str) -> None:
         for k in [k for k in self._entries if k[0] == bucket]:

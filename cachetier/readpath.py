@@ -12,6 +12,11 @@ miss, one ranged lake GET of exactly that block, streamed to the client as it ar
   Before the first byte is sent, that retries once with fresh metadata; after it, the response
   is cut (the client sees a broken transfer, never wrong bytes).
 - Memory: at most the blocks in flight (readers x (1 + read-ahead)) are held, never an object.
+- Cluster (D3N's L2, when ``cluster`` is given): a block this node does not hold comes from its
+  owner's L2 over the peer API, and only the owner goes to the lake; blocks from peers are kept
+  in L1, blocks this node owns in its L2. An owner that fails is skipped (the next owner, else
+  the lake; bytes already received are kept and only the rest is fetched), so a client never
+  sees a peer's failure. ``serve_block`` is the owner's side.
 """
 
 from __future__ import annotations
@@ -21,15 +26,18 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 
-from cachetier.blocks import BlockId, block_bounds, block_span
+from cachetier.blocks import BlockId, block_bounds, block_count, block_span
 from cachetier.blockstore import BlockStore
 from cachetier.cachestats import CacheStats
+from cachetier.cluster import Cluster
 from cachetier.conditions import Conditions
 from cachetier.context import RequestContext, current
 from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed, ServiceUnavailable
 from cachetier.lake import Lake, ObjectInfo, ObjectStream
 from cachetier.metacache import MetadataCache
+from cachetier.peers import PeerUnavailable
 from cachetier.ranges import ByteRange
+from cachetier.ring import Member
 
 log = logging.getLogger("lakegate.readpath")
 
@@ -113,9 +121,13 @@ class ReadPath:
         readahead: int = 2,
         max_cached_object: int = 4 << 30,
         clock: Callable[[], float],
+        l2: BlockStore | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self.lake = lake
-        self.store = store
+        self.store = store  # L1
+        self.l2 = l2
+        self.cluster = cluster
         self.stats = stats
         self.block_size = block_size
         self.readahead = readahead
@@ -143,7 +155,7 @@ class ReadPath:
                 self.stats.add(ctx.tenant, "meta_hits")
                 return info
         self.stats.add(ctx.tenant, "meta_misses")
-        if first_block is not None and BlockId.marker(bucket, key) in self.store:
+        if first_block is not None and not self._cold_here(bucket, key, first_block):
             first_block = None
         flight = self._lookups.get((bucket, key))
         if flight is None:  # single flight: 16 cold readers, one lake request
@@ -186,7 +198,7 @@ class ReadPath:
             await stream.aclose()
             return None
         bid = BlockId.of(bucket, key, info.etag, index, self.block_size)
-        if bid in self._fetches or bid in self.store:
+        if bid in self._fetches or self._holds(bid):
             await stream.aclose()
             return info
         self.stats.add(ctx.tenant, "lake_gets")
@@ -195,13 +207,38 @@ class ReadPath:
         self._spawn(self._run_fetch(info, index, bid, fetch, ctx, opened=stream))
         return info
 
+    def _cold_here(self, bucket: str, key: str, index: int) -> bool:
+        """Whether a cold read of the key may take its metadata from block ``index``'s lake GET:
+        no store here has held a block of it, and the block is not another node's to fetch."""
+        marker = BlockId.marker(bucket, key)
+        if marker in self.store or (self.l2 is not None and marker in self.l2):
+            return False
+        return self.cluster is None or self._owner_here(bucket, key, index)
+
+    def _owner_here(self, bucket: str, key: str, index: int) -> bool:
+        assert self.cluster is not None
+        owners = self.cluster.owners(bucket, key, index)
+        return not owners or owners[0].id == self.cluster.me.id
+
     def invalidate(self, bucket: str, key: str) -> None:
         """Forget the key's metadata, and any HEAD in flight for it: a read that starts after a
-        write must not join a HEAD that may have been answered before the write."""
-        self.meta.invalidate(bucket, key)
+        write must not join a HEAD that may have been answered before the write.
+
+        The blocks of the version the metadata cache knew are dropped too (in the background):
+        they are unreachable once the key is written, and would only wait for eviction."""
+        old = self.meta.invalidate(bucket, key)
         flight = self._lookups.pop((bucket, key), None)
         if flight is not None:
             flight.stale = True
+        if old is not None and old.size > 0:
+            self._spawn(asyncio.to_thread(self._drop_blocks, old))
+
+    def _drop_blocks(self, info: ObjectInfo) -> None:
+        for index in range(block_count(info.size, self.block_size)):
+            bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
+            for store in (self.store, self.l2):
+                if store is not None and bid in store:
+                    store.delete(bid)
 
     # ---- GET --------------------------------------------------------------------------------
 
@@ -257,11 +294,11 @@ class ReadPath:
             lo, hi = block_bounds(index, info.size, self.block_size)
             a, b = max(start, lo) - lo, min(end, hi) - lo + 1
             bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
-            data = await self._l1(bid, hi - lo + 1)
+            data, tier = await self._local(bid, hi - lo + 1)
             if data is not None:
                 self._prefetch(info, *ahead, ctx)
-                self.stats.add(ctx.tenant, "hits")
-                self.stats.add(ctx.tenant, "bytes_from_l1", b - a)
+                self.stats.add(ctx.tenant, "hits" if tier == "l1" else "l2_hits")
+                self.stats.add(ctx.tenant, f"bytes_from_{tier}", b - a)
                 yield data[a:b] if (a, b) != (0, len(data)) else data
                 continue
             fetch = self._fetches.get(bid)
@@ -297,12 +334,15 @@ class ReadPath:
             return min(span[-1] + self.readahead, (info.size - 1) // self.block_size)
         return span[-1]
 
-    async def _l1(self, bid: BlockId, length: int) -> bytes | None:
-        if bid not in self.store:  # an index lookup: a miss costs no thread hop
-            return None
-        if length <= _INLINE_READ:
-            return self.store.get(bid)
-        return await asyncio.to_thread(self.store.get, bid)
+    async def _local(self, bid: BlockId, length: int) -> tuple[bytes | None, str]:
+        """The block from this node's L1, else its L2, and which tier had it."""
+        for store, tier in ((self.store, "l1"), (self.l2, "l2")):
+            if store is None or bid not in store:  # an index lookup: a miss costs no thread hop
+                continue
+            data = store.get(bid) if length <= _INLINE_READ else await asyncio.to_thread(store.get, bid)
+            if data is not None:
+                return data, tier
+        return None, ""
 
     def _prefetch(self, info: ObjectInfo, first: int, last: int, ctx: RequestContext) -> None:
         for index in range(first, last + 1):
@@ -311,35 +351,40 @@ class ReadPath:
                 self._spawn(self._prefetch_one(info, index, bid, ctx))
 
     async def _prefetch_one(self, info: ObjectInfo, index: int, bid: BlockId, ctx: RequestContext) -> None:
-        if bid in self._fetches or bid in self.store:  # index lookups, no I/O
+        if bid in self._fetches or self._holds(bid):  # index lookups, no I/O
             return
         if bid not in self._fetches:
             self.stats.add(ctx.tenant, "prefetches")
             self._start_fetch(info, index, bid, ctx)
 
-    def _start_fetch(self, info: ObjectInfo, index: int, bid: BlockId, ctx: RequestContext) -> BlockFetch:
+    def _holds(self, bid: BlockId) -> bool:
+        return bid in self.store or (self.l2 is not None and bid in self.l2)
+
+    def _start_fetch(
+        self, info: ObjectInfo, index: int, bid: BlockId, ctx: RequestContext, *, for_peer: bool = False
+    ) -> BlockFetch:
         fetch = BlockFetch()
         self._fetches[bid] = fetch
-        self._spawn(self._run_fetch(info, index, bid, fetch, ctx))
+        self._spawn(self._run_fetch(info, index, bid, fetch, ctx, for_peer=for_peer))
         return fetch
 
     async def _run_fetch(
         self, info: ObjectInfo, index: int, bid: BlockId, fetch: BlockFetch, ctx: RequestContext,
-        opened: ObjectStream | None = None,
+        opened: ObjectStream | None = None, *, for_peer: bool = False,
     ) -> None:
-        """Fetch one block into ``fetch`` and then into L1. The entry stays in ``_fetches``
+        """Fetch one block into ``fetch`` and then into a store. The entry stays in ``_fetches``
         until the block is stored, so no reader can miss both and fetch it a second time."""
         try:
-            data = None
-            if opened is None and bid in self.store:  # stored while a reader looked?
-                data = await asyncio.to_thread(self.store.get, bid)
+            data, store = None, None
+            if opened is None:  # stored while a reader looked?
+                data, _ = await self._local(bid, _INLINE_READ + 1)
             if data is None:
-                data = await self._from_lake(info, index, fetch, ctx, opened)
+                data, store = await self._fill(info, index, fetch, ctx, opened, for_peer)
             else:
                 fetch.feed(data)
             fetch.finish()
-            if fetch.size == len(data) and bid not in self.store:
-                await asyncio.to_thread(self.store_block, info.bucket, info.key, bid, data)
+            if store is not None and fetch.size == len(data) and bid not in store:
+                await asyncio.to_thread(self.store_block, info.bucket, info.key, bid, data, store)
         except BaseException as exc:  # noqa: BLE001 - handed to every reader of this block
             if isinstance(exc, PreconditionFailed):
                 self.meta.invalidate(info.bucket, info.key)
@@ -349,21 +394,83 @@ class ReadPath:
         finally:
             self._fetches.pop(bid, None)
 
-    def store_block(self, bucket: str, key: str, bid: BlockId, data: bytes) -> None:
-        """Put a block into L1, with the key's marker (blocking: call from a thread)."""
+    def store_block(self, bucket: str, key: str, bid: BlockId, data: bytes, store: BlockStore | None = None) -> None:
+        """Put a block into ``store`` (L1 by default), with the key's marker (blocking: call
+        from a thread)."""
+        store = self.store if store is None else store
         marker = BlockId.marker(bucket, key)
-        if marker not in self.store:
-            self.store.put(marker, b"")
-        self.store.put(bid, data)
+        if marker not in store:
+            store.put(marker, b"")
+        store.put(bid, data)
+
+    async def _fill(
+        self, info: ObjectInfo, index: int, fetch: BlockFetch, ctx: RequestContext,
+        opened: ObjectStream | None, for_peer: bool,
+    ) -> tuple[bytes, BlockStore]:
+        """The block's bytes, fed into ``fetch`` as they arrive, and the store to keep them in:
+        from the block's owner when that is another node (kept in L1), else from the lake
+        (kept in L2 when this node owns the block in a cluster, else in L1)."""
+        owned_here = self.l2 if self.l2 is not None else self.store
+        if opened is not None or for_peer or self.cluster is None:
+            return await self._from_lake(info, index, fetch, ctx, opened), owned_here
+        for member in self.cluster.owners(info.bucket, info.key, index):
+            if member.id == self.cluster.me.id:
+                return await self._from_lake(info, index, fetch, ctx, None), owned_here
+            try:
+                return await self._from_peer(member, info, index, fetch, ctx), self.store
+            except PeerUnavailable as exc:
+                log.info("block %s of %s/%s: owner %s failed (%s)", index, info.bucket, info.key, member.id, exc)
+                self.cluster.suspect(member)
+                if fetch.size:
+                    break  # some bytes came: the rest from the lake
+        return await self._from_lake(info, index, fetch, ctx, None), self.store
+
+    async def _from_peer(
+        self, member: Member, info: ObjectInfo, index: int, fetch: BlockFetch, ctx: RequestContext
+    ) -> bytes:
+        assert self.cluster is not None
+        lo, hi = block_bounds(index, info.size, self.block_size)
+        self.stats.add(ctx.tenant, "peer_fetches")
+        async for chunk in self.cluster.fetch_block(member, info, index, self.block_size, ctx.tenant):
+            if fetch.size + len(chunk) > hi - lo + 1:
+                raise PeerUnavailable(f"{member.id} sent more than block {index}")
+            fetch.feed(chunk)
+            self.stats.add(ctx.tenant, "peer_bytes", len(chunk))
+        if fetch.size != hi - lo + 1:
+            raise PeerUnavailable(f"{member.id} sent {fetch.size} bytes of block {index}, expected {hi - lo + 1}")
+        return b"".join(fetch.chunks)
+
+    async def serve_block(self, info: ObjectInfo, index: int) -> AsyncIterator[bytes]:
+        """Block ``index`` of ``info``'s version for a peer (this node is, or was, its owner):
+        from L2 (or L1), else fetched from the lake once, however many peers ask, and kept in
+        L2. Never from another peer: a block is one hop from its owner at most."""
+        ctx = current.get()
+        bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
+        lo, hi = block_bounds(index, info.size, self.block_size)
+        data, tier = await self._local(bid, hi - lo + 1)
+        if data is not None:
+            self.stats.add(ctx.tenant, "peer_hits")
+            yield data
+            return
+        fetch = self._fetches.get(bid)
+        if fetch is None:
+            self.stats.add(ctx.tenant, "misses")
+            fetch = self._start_fetch(info, index, bid, ctx, for_peer=True)
+        else:
+            self.stats.add(ctx.tenant, "coalesced")
+        async for piece in fetch.read(0, hi - lo + 1):
+            yield piece
 
     async def _from_lake(
         self, info: ObjectInfo, index: int, fetch: BlockFetch, ctx: RequestContext, stream: ObjectStream | None
     ) -> bytes:
+        """The block from the lake; when ``fetch`` already has its first bytes (from a peer
+        that failed), only the rest."""
         lo, hi = block_bounds(index, info.size, self.block_size)
         if stream is None:
             self.stats.add(ctx.tenant, "lake_gets")
             stream = await self.lake.get_object(
-                info.bucket, info.key, ByteRange(first=lo, last=hi), Conditions(if_match=info.etag)
+                info.bucket, info.key, ByteRange(first=lo + fetch.size, last=hi), Conditions(if_match=info.etag)
             )
         try:
             async for chunk in stream.body:

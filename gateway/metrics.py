@@ -9,12 +9,13 @@ from prometheus_client.registry import Collector
 
 from cachetier.blockstore import BlockStore
 from cachetier.cachestats import COUNTERS, CacheStats
+from cachetier.cluster import CLUSTER_COUNTERS, Cluster
 
 
 class CacheCollector(Collector):
-    def __init__(self, stats: CacheStats, store: BlockStore | None) -> None:
+    def __init__(self, stats: CacheStats, l1: BlockStore | None, l2: BlockStore | None = None) -> None:
         self.stats = stats
-        self.store = store
+        self.stores = {"l1": l1, "l2": l2}
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         snapshot = self.stats.snapshot()
@@ -23,9 +24,33 @@ class CacheCollector(Collector):
             for tenant, counts in snapshot.items():
                 family.add_metric([tenant], counts.get(name, 0))
             yield family
-        if self.store is None:
-            return
-        yield GaugeMetricFamily("lakegate_l1_capacity_bytes", "L1 capacity", value=self.store.capacity)
-        yield GaugeMetricFamily("lakegate_l1_used_bytes", "L1 block bytes stored", value=self.store.used_bytes())
-        yield CounterMetricFamily("lakegate_l1_evictions", "blocks evicted from L1", value=self.store.evictions)
-        yield CounterMetricFamily("lakegate_l1_corrupt", "corrupt L1 blocks dropped", value=self.store.corrupt)
+        for tier, store in self.stores.items():
+            if store is None:
+                continue
+            name = tier.upper()
+            yield GaugeMetricFamily(f"lakegate_{tier}_capacity_bytes", f"{name} capacity", value=store.capacity)
+            yield GaugeMetricFamily(f"lakegate_{tier}_used_bytes", f"{name} block bytes stored", value=store.used_bytes())
+            yield CounterMetricFamily(f"lakegate_{tier}_hits", f"blocks read from {name}", value=store.hits)
+            yield CounterMetricFamily(f"lakegate_{tier}_misses", f"block reads that missed {name}", value=store.misses)
+            yield CounterMetricFamily(f"lakegate_{tier}_evictions", f"blocks evicted from {name}", value=store.evictions)
+            yield CounterMetricFamily(f"lakegate_{tier}_corrupt", f"corrupt {name} blocks dropped", value=store.corrupt)
+
+
+class ClusterCollector(Collector):
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        membership = self.cluster.membership
+        for name, help_text in CLUSTER_COUNTERS.items():
+            yield CounterMetricFamily(f"lakegate_cluster_{name}", help_text, value=self.cluster.counters[name])
+        yield GaugeMetricFamily("lakegate_cluster_members_live", "live members, this node included",
+                                value=len(membership.live()))
+        yield CounterMetricFamily("lakegate_cluster_ring_changes", "rings planned since start",
+                                  value=membership.generation)
+        info = GaugeMetricFamily("lakegate_cluster_ring_info", "the current ring's version (1 per node)",
+                                 labels=["node", "version"])
+        info.add_metric([membership.me.id, membership.ring.version], 1)
+        yield info
+        yield GaugeMetricFamily("lakegate_cluster_partitions_owned", "partitions this node is primary for",
+                                value=membership.ring.share().get(membership.me.id, 0))

@@ -1,0 +1,172 @@
+"""Membership (D3N): which cache nodes are alive, and the ring over them.
+
+Every node sends a heartbeat to every peer about once a second and answers theirs; hearing
+from a node, either way, proves it alive. A node not heard from for ``failure_timeout``
+seconds has failed and leaves the ring; when it is heard from again it rejoins. Each change
+of the live set plans a new ring (``cachetier.ring.plan``), the same on every node that sees
+the same members.
+
+This is the state and the failure detector only, with the clock passed in: the loop that
+sends heartbeats over HTTP lives in ``cachetier.peers`` (``PeerClient``) and
+``gateway.cluster``.
+
+Seeds are URLs, with or without a node id (``id=url``, or addresses from DNS): a node's id is
+learned from its heartbeat, so a Kubernetes headless service's A records are enough. A
+request to a peer that fails marks it *suspect* for a short while: lookups skip it (the
+caller tries the next owner or the lake) without changing the ring, which only heartbeats
+decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from cachetier.ring import Member, PartitionMap, plan
+
+
+@dataclass
+class _Peer:
+    member: Member
+    last_heard: float
+    suspect_until: float = 0.0
+    load: dict[str, float] | None = None
+
+
+class Membership:
+    def __init__(
+        self,
+        me: Member,
+        *,
+        partitions: int,
+        replicas: int,
+        failure_timeout: float,
+        suspect_for: float = 1.0,
+        clock: Callable[[], float],
+    ) -> None:
+        self.me = me
+        self.partitions = partitions
+        self.replicas = replicas
+        self.failure_timeout = failure_timeout
+        self.suspect_for = suspect_for
+        self.clock = clock
+        self._peers: dict[str, _Peer] = {}
+        self._live: frozenset[str] = frozenset()
+        self.ring: PartitionMap = plan([me], partitions, replicas)
+        self.generation = 1  # rings planned so far (a counter for metrics)
+        self.changes: list[tuple[float, str, str]] = []  # (time, "join"/"leave", node id), recent
+
+    # ---- what the heartbeat loop reports ----------------------------------------------------
+
+    def heard_from(self, member: Member, load: dict[str, float] | None = None) -> bool:
+        """``member`` answered or sent a heartbeat just now. True when the ring changed."""
+        if member.id == self.me.id:
+            return False
+        now = self.clock()
+        peer = self._peers.get(member.id)
+        if peer is None:
+            self._peers[member.id] = _Peer(member, now, load=load)
+        else:
+            peer.member, peer.last_heard, peer.suspect_until = member, now, 0.0
+            peer.load = load if load is not None else peer.load
+        return self._replan()
+
+    def tick(self) -> bool:
+        """Expire members not heard from within the failure timeout. True when the ring changed."""
+        return self._replan()
+
+    def suspect(self, node_id: str) -> None:
+        """A request to ``node_id`` failed: skip it in lookups until it is heard from again
+        (at most ``suspect_for`` seconds)."""
+        peer = self._peers.get(node_id)
+        if peer is not None:
+            peer.suspect_until = self.clock() + self.suspect_for
+
+    # ---- what the read path asks ------------------------------------------------------------
+
+    def owners(self, bucket: str, key: str, index: int) -> tuple[Member, ...]:
+        """The block's owners by the current ring, primary first, less suspects."""
+        owners = self.ring.owners(bucket, key, index)
+        if len(owners) == 1 and owners[0].id == self.me.id:
+            return owners
+        now = self.clock()
+        return tuple(m for m in owners if m.id == self.me.id or self._peers[m.id].suspect_until <= now)
+
+    def live(self) -> list[Member]:
+        """Live members, this node included, by id."""
+        return sorted([self.me, *(self._peers[i].member for i in self._live)], key=lambda m: m.id)
+
+    def peers(self) -> list[Member]:
+        """Live members other than this node."""
+        return [self._peers[i].member for i in sorted(self._live)]
+
+    def known(self) -> list[Member]:
+        """Every peer ever heard from, live or not."""
+        return [p.member for p in self._peers.values()]
+
+    def snapshot(self) -> dict[str, object]:
+        now = self.clock()
+        return {
+            "node_id": self.me.id,
+            "ring_version": self.ring.version,
+            "ring_generation": self.generation,
+            "live": [m.id for m in self.live()],
+            "peers": {
+                p.member.id: {
+                    "url": p.member.url,
+                    "alive": p.member.id in self._live,
+                    "heard_ago_s": round(now - p.last_heard, 3),
+                    "suspect": p.suspect_until > now,
+                    "load": p.load,
+                }
+                for p in self._peers.values()
+            },
+            "partitions_owned": self.ring.share().get(self.me.id, 0),
+        }
+
+    # ---- the ring follows the live set ------------------------------------------------------
+
+    def _replan(self) -> bool:
+        now = self.clock()
+        live = frozenset(i for i, p in self._peers.items() if now - p.last_heard < self.failure_timeout)
+        members = [self.me, *(self._peers[i].member for i in live)]
+        if live == self._live and all(self.ring.members.get(m.id) == m for m in members):
+            return False
+        for node in live - self._live:
+            self._note(now, "join", node)
+        for node in self._live - live:
+            self._note(now, "leave", node)
+        self._live = live
+        self.ring = plan(members, self.partitions, self.replicas)
+        self.generation += 1
+        return True
+
+    def _note(self, now: float, change: str, node: str) -> None:
+        self.changes.append((now, change, node))
+        del self.changes[:-100]
+
+
+def parse_peers(spec: str) -> tuple[list[tuple[str | None, str]], str | None]:
+    """``LAKEGATE_PEERS`` -> (seeds as (id or None, url), DNS name to resolve or None).
+
+    ``node2=http://10.0.0.2:9000,node3=http://10.0.0.3:9000`` (ids known), ``http://h:9000,...``
+    (ids learned), or ``dns:NAME:PORT`` (the A records of NAME, e.g. a headless service)."""
+    spec = spec.strip()
+    if spec.startswith("dns:"):
+        name, sep, port = spec[4:].rpartition(":")
+        if not sep or not name or not port.isdigit():
+            raise ValueError(f"peers dns:NAME:PORT expected, got {spec!r}")
+        return [], f"{name}:{port}"
+    seeds: list[tuple[str | None, str]] = []
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        node_id, sep, url = item.partition("=")
+        if not sep:
+            node_id, url = "", item
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"a peer must be [id=]http(s)://host:port, got {item!r}")
+        seeds.append((node_id or None, url.rstrip("/")))
+    return seeds, None
+
+
+def unique_urls(urls: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(urls))
