@@ -65,7 +65,8 @@ class PartitionMap:
                 raise ValueError(f"a partition's owners must be members, got {owners}")
         digest = hashlib.blake2b(digest_size=6)
         for member in sorted(self.members.values(), key=lambda m: m.id):
-            digest.update(f"{member.id}\0{member.url}\0{member.weight}\n".encode())
+            # float(): Member("a", u, 1) == Member("a", u, 1.0), so both must give one version
+            digest.update(f"{member.id}\0{member.url}\0{float(member.weight)}\n".encode())
         for owners in self.table:
             digest.update(",".join(owners).encode() + b"\n")
         object.__setattr__(self, "version", digest.hexdigest())
