@@ -61,8 +61,8 @@ class PartitionMap:
         object.__setattr__(self, "members", MappingProxyType(dict(self.members)))
         for owners in self.table:
             unknown = set(owners) - self.members.keys()
-            if unknown or not owners:
-                raise ValueError(f"a partition's owners must be members, got {owners}")
+            if unknown or not owners or len(set(owners)) != len(owners):
+                raise ValueError(f"a partition's owners must be distinct members, got {owners}")
         digest = hashlib.blake2b(digest_size=6)
         for member in sorted(self.members.values(), key=lambda m: m.id):
             # float(): Member("a", u, 1) == Member("a", u, 1.0), so both must give one version
