@@ -7,6 +7,7 @@ most tools address a gateway on a plain host name).
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +15,6 @@ from typing import Any
 
 import botocore.session
 from botocore.config import Config
-
-from gateway.tenants import TenantDirectory, TenantsFileError
 
 
 class CredentialsError(ValueError):
@@ -43,13 +42,7 @@ class Credentials:
         if bool(access_key) != bool(secret_key):
             raise CredentialsError("give both --access-key and --secret-key, or neither")
         default = Keys(access_key, secret_key) if access_key and secret_key else None
-        by_tenant: dict[str, Keys] = {}
-        if path is not None:
-            try:
-                directory = TenantDirectory.load(path)
-            except TenantsFileError as exc:
-                raise CredentialsError(f"credentials file {exc}") from exc
-            by_tenant = {t.name: Keys(t.access_key, t.secret_key) for t in directory.tenants}
+        by_tenant = _read_file(path) if path is not None else {}
         if default is None and not by_tenant:
             raise CredentialsError("no credentials: give --access-key/--secret-key (or "
                                    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) or --credentials FILE")
@@ -67,6 +60,29 @@ class Credentials:
         if missing:
             raise CredentialsError(f"no keys for tenant(s) {', '.join(missing)} in the credentials "
                                    "file, and no --access-key/--secret-key to fall back on")
+
+
+def _read_file(path: Path) -> dict[str, Keys]:
+    """Keys by tenant name from ``[[tenant]]`` tables. Unlike the gateway's tenants file,
+    two tenants may share keys (a trace's tenants signed as one lake user); other keys of a
+    table (weight, buckets) are ignored, so a lakegate tenants file reads as it is."""
+    try:
+        rows = tomllib.loads(path.read_text()).get("tenant")
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CredentialsError(f"credentials file {path}: {exc}") from exc
+    if not isinstance(rows, list) or not rows:
+        raise CredentialsError(f"credentials file {path}: no [[tenant]] tables")
+    by_tenant: dict[str, Keys] = {}
+    for number, row in enumerate(rows, start=1):
+        fields = [row.get(k) if isinstance(row, dict) else None for k in ("name", "access_key", "secret_key")]
+        if not all(isinstance(f, str) and f for f in fields):
+            raise CredentialsError(f"credentials file {path}: tenant #{number} needs name, access_key "
+                                   "and secret_key (non-empty strings)")
+        name, access_key, secret_key = fields
+        if name in by_tenant:
+            raise CredentialsError(f"credentials file {path}: tenant {name!r} given twice")
+        by_tenant[name] = Keys(access_key, secret_key)
+    return by_tenant
 
 
 def s3_client(endpoint: str, keys: Keys, region: str, ca_bundle: str | None = None) -> Any:

@@ -119,6 +119,17 @@ def test_credentials_file_and_fallback(tmp_path: Path) -> None:
         Credentials.load(None, None, None)
 
 
+def test_credentials_file_reads_a_tenants_file_and_allows_shared_keys(tmp_path: Path) -> None:
+    example = Credentials.load(Path(__file__).parents[2] / "deploy" / "tenants.example.toml", None, None)
+    assert set(example.by_tenant) == {"demo", "etl"}
+    shared = tmp_path / "shared.toml"
+    shared.write_text("".join(f'[[tenant]]\nname = "t{n}"\naccess_key = "AK"\nsecret_key = "S"\n' for n in range(2)))
+    assert Credentials.load(shared, None, None).keys_for("t1") == Keys("AK", "S")
+    shared.write_text('[[tenant]]\nname = "t0"\naccess_key = "AK"\n')
+    with pytest.raises(CredentialsError, match="tenant #1 needs name, access_key and secret_key"):
+        Credentials.load(shared, None, None)
+
+
 def test_replay_command_exit_codes_and_json(fake_curl: Path, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "t.csv"
