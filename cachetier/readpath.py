@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 
 from cachetier.blocks import BlockId, block_bounds, block_count, block_span
@@ -134,6 +134,7 @@ class ReadPath:
         self.max_cached_object = max_cached_object
         self.meta = MetadataCache(meta_ttl, clock)
         self._fetches: dict[BlockId, BlockFetch] = {}
+        self._fetching: Counter[tuple[str, str]] = Counter()  # keys with blocks in _fetches
         self._lookups: dict[tuple[str, str], _MetadataFlight] = {}
         self._next_offset: OrderedDict[tuple[str, str, str], int] = OrderedDict()  # sequential readers
         self._tasks: set[asyncio.Task[None]] = set()
@@ -203,7 +204,7 @@ class ReadPath:
             return info
         self.stats.add(ctx.tenant, "lake_gets")
         fetch = BlockFetch(owned=False)
-        self._fetches[bid] = fetch
+        self._track(info, bid, fetch)
         self._spawn(self._run_fetch(info, index, bid, fetch, ctx, opened=stream))
         return info
 
@@ -211,8 +212,8 @@ class ReadPath:
         """Whether a cold read of the key may take its metadata from block ``index``'s lake GET:
         no store here has held a block of it, and the block is not another node's to fetch."""
         marker = BlockId.marker(bucket, key)
-        if marker in self.store or (self.l2 is not None and marker in self.l2):
-            return False
+        if marker in self.store or (self.l2 is not None and marker in self.l2) or (bucket, key) in self._fetching:
+            return False  # (a block on its way, e.g. for a peer: a first-block GET would repeat it)
         return self.cluster is None or self._owner_here(bucket, key, index)
 
     def _owner_here(self, bucket: str, key: str, index: int) -> bool:
@@ -364,9 +365,21 @@ class ReadPath:
         self, info: ObjectInfo, index: int, bid: BlockId, ctx: RequestContext, *, for_peer: bool = False
     ) -> BlockFetch:
         fetch = BlockFetch()
-        self._fetches[bid] = fetch
+        self._track(info, bid, fetch)
         self._spawn(self._run_fetch(info, index, bid, fetch, ctx, for_peer=for_peer))
         return fetch
+
+    def _track(self, info: ObjectInfo, bid: BlockId, fetch: BlockFetch) -> None:
+        """Register ``fetch`` as block ``bid``'s single flight (see ``_untrack``)."""
+        self._fetches[bid] = fetch
+        self._fetching[(info.bucket, info.key)] += 1
+
+    def _untrack(self, info: ObjectInfo, bid: BlockId) -> None:
+        self._fetches.pop(bid, None)
+        name = (info.bucket, info.key)
+        self._fetching[name] -= 1
+        if self._fetching[name] <= 0:
+            del self._fetching[name]
 
     async def _run_fetch(
         self, info: ObjectInfo, index: int, bid: BlockId, fetch: BlockFetch, ctx: RequestContext,
@@ -392,7 +405,7 @@ class ReadPath:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            self._fetches.pop(bid, None)
+            self._untrack(info, bid)
 
     def store_block(self, bucket: str, key: str, bid: BlockId, data: bytes, store: BlockStore | None = None) -> None:
         """Put a block into ``store`` (L1 by default), with the key's marker (blocking: call
@@ -445,9 +458,12 @@ class ReadPath:
         from L2 (or L1), else fetched from the lake once, however many peers ask, and kept in
         L2. Never from another peer: a block is one hop from its owner at most."""
         ctx = current.get()
+        flight = self._lookups.get((info.bucket, info.key))
+        if flight is not None:  # a cold read here may be GETting this very block: join it, not race it
+            await asyncio.wait([flight.future])
         bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
         lo, hi = block_bounds(index, info.size, self.block_size)
-        data, tier = await self._local(bid, hi - lo + 1)
+        data, _ = await self._local(bid, hi - lo + 1)
         if data is not None:
             self.stats.add(ctx.tenant, "peer_hits")
             yield data

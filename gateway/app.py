@@ -151,18 +151,20 @@ class LakegateApp:
             return self.cluster.snapshot()
 
         @api.get("/_lakegate/admin/locate")
-        async def locate(bucket: str, key: str, index: int = 0) -> dict[str, object]:
+        async def locate(bucket: str, key: str, index: int = 0, etag: str | None = None) -> dict[str, object]:
             """Which nodes own block ``index`` of ``bucket/key`` (any version), and whether this
-            node's stores hold a block of the key's cached version."""
+            node's stores hold that block of version ``etag`` (default: the cached version)."""
             if self.cached is None:
                 raise HTTPException(404, "the cache is off")
             owners = self.cluster.owners(bucket, key, index) if self.cluster is not None else ()
-            info = self.cached.reads.meta.get(bucket, key)
+            if etag is None:
+                info = self.cached.reads.meta.get(bucket, key)
+                etag = info.etag if info is not None else None
             held = {}
-            if info is not None:
-                bid = BlockId.of(bucket, key, info.etag, index, self.cached.reads.block_size)
+            if etag is not None:
+                bid = BlockId.of(bucket, key, etag, index, self.cached.reads.block_size)
                 held = {tier: bid in store for tier, store in zip(("l1", "l2"), self._stores()) if store is not None}
-            return {"owners": [m.id for m in owners], "etag": info.etag if info else None, "held": held}
+            return {"owners": [m.id for m in owners], "etag": etag, "held": held}
 
         @api.get("/metrics")
         async def metrics() -> FastAPIResponse:
