@@ -60,7 +60,7 @@ def _add_synth_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     flags: dict[str, tuple[Any, str]] = {
         "files": (_positive(int), "files in the population"),
         "requests": (_positive(int), "requests in the trace"),
-        "jobs": (_positive(int), "stop after this many jobs instead (or first)"),
+        "jobs": (_positive(int), "stop after this many jobs (or at --requests, whichever comes first)"),
         "seed": (int, "random seed: same parameters and seed, same trace"),
         "reuse": (float, "fraction of requested bytes that re-read earlier requests' bytes"),
         "zipf": (float, "Zipf exponent of re-read popularity over recency rank"),
