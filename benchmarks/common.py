@@ -189,7 +189,11 @@ BENCH_TENANT = Tenant("bench", "BENCHACCESSKEY000001", "bench-secret-0123456789"
 class CephCluster:
     """A throwaway single-node Ceph RGW, started with deploy/ceph/start-ceph.sh in its own data
     folder and on its own ports (so it never touches a developer's cluster), stopped with
-    stop-ceph.sh, which wipes the folder."""
+    stop-ceph.sh, which wipes the folder.
+
+    ``command_prefix`` runs the daemons elsewhere, e.g. ``("ip", "netns", "exec", NAME)`` for a
+    network namespace (benchmarks/netns.py): their 127.0.0.1 is then that namespace's, so the
+    endpoint is reachable only from inside it. Stopping needs no prefix (it goes by pid)."""
 
     ceph_dir: Path = Path("/tmp/lakegate-bench-ceph")
     rgw_port: int = 7590
@@ -199,6 +203,7 @@ class CephCluster:
     osd_size_gb: int = 4
     osd_store: str = "memstore"
     start_timeout: float = 300.0
+    command_prefix: tuple[str, ...] = ()
     endpoint: S3Endpoint | None = None
     _started: bool = False
     _rgw_proc: subprocess.Popen[bytes] | None = None
@@ -225,7 +230,7 @@ class CephCluster:
         on_exit("ceph", self.stop)
         try:
             result = subprocess.run(
-                ["bash", str(CEPH_SCRIPTS / "start-ceph.sh")],
+                [*self.command_prefix, "bash", str(CEPH_SCRIPTS / "start-ceph.sh")],
                 env=self._env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 timeout=self.start_timeout, start_new_session=True, check=False,
             )
@@ -275,7 +280,7 @@ class CephCluster:
         frontends = f"beast endpoint=127.0.0.1:{self.rgw_port} {frontend_options}"
         with open(self.ceph_dir / "log" / "rgw.out", "ab") as out:
             self._rgw_proc = subprocess.Popen(
-                ["radosgw", "-c", str(self.ceph_dir / "ceph.conf"), "-f", "-n", "client.rgw.gw",
+                [*self.command_prefix, "radosgw", "-c", str(self.ceph_dir / "ceph.conf"), "-f", "-n", "client.rgw.gw",
                  f"--rgw-frontends={frontends}"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
@@ -285,16 +290,25 @@ class CephCluster:
         while True:
             if self._rgw_proc.poll() is not None:
                 raise RuntimeError(f"radosgw exited with code {self._rgw_proc.returncode}; see {self.ceph_dir}/log")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.rgw_port}/", timeout=2) as response:
-                    if b"ListAllMyBucketsResult" in response.read():
-                        break
-            except (OSError, ValueError):
-                pass
+            if self._rgw_answers():
+                break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"restarted radosgw not answering after {timeout:.0f} s")
             time.sleep(0.2)
         log(f"radosgw answers (pid {self._rgw_proc.pid}, frontends {frontends!r})")
+
+    def _rgw_answers(self) -> bool:
+        """Anonymous GET / answers a ListAllMyBucketsResult (asked from where the daemons run)."""
+        url = f"http://127.0.0.1:{self.rgw_port}/"
+        if self.command_prefix:
+            probe = subprocess.run([*self.command_prefix, "curl", "-fsS", "--max-time", "2", url],
+                                   stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False)
+            return b"ListAllMyBucketsResult" in probe.stdout
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return b"ListAllMyBucketsResult" in response.read()
+        except (OSError, ValueError):
+            return False
 
     def stop(self) -> None:
         if not self._started:
