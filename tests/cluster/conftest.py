@@ -1,0 +1,103 @@
+"""Cluster tier: several real `lakegate serve` processes over the real Ceph RGW.
+
+The session-scoped `cluster` fixture runs `lakegate cluster up --nodes 3` in front of the RGW
+that S3_ENDPOINT_URL / AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY name, with the ALICE tenant,
+and `lakegate cluster down` at the end; its API is in tests/cluster/localnodes.py. Lake
+requests are counted from RGW's log with tests/integration/rgwlog.py (`rgw_log` fixture).
+`start_cluster` starts further clusters (other sizes, `--standalone`, extra serve flags), each
+stopped at the end of the session. Without S3_ENDPOINT_URL the tier is skipped, like the
+integration tier; its tests carry the `integration` marker (they need the RGW).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import ALICE, Target, empty_and_delete_bucket, unique_bucket_name
+from integration.rgwlog import RgwLog
+from localnodes import LocalCluster, StartCluster
+
+CLUSTER_DIR = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if CLUSTER_DIR in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def lake_target() -> Target:
+    """The RGW the nodes use as their lake."""
+    if not os.environ.get("S3_ENDPOINT_URL"):
+        pytest.skip("S3_ENDPOINT_URL is not set: the cluster tier needs a Ceph RGW "
+                    "(`make test` starts one; or source the s3.env that deploy/ceph/start-ceph.sh writes)")
+    try:
+        return Target(name="rgw", endpoint_url=os.environ["S3_ENDPOINT_URL"].rstrip("/"),
+                      access_key=os.environ["AWS_ACCESS_KEY_ID"],
+                      secret_key=os.environ["AWS_SECRET_ACCESS_KEY"], lake="rgw", via_gateway=False)
+    except KeyError as exc:
+        pytest.fail(f"S3_ENDPOINT_URL is set but {exc.args[0]} is not")
+
+
+@pytest.fixture(scope="session")
+def start_cluster(lake_target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartCluster]:
+    """``start_cluster(nodes=3, up_args=(...))``: a cluster up now, down at the end of the session."""
+    started: list[LocalCluster] = []
+
+    def start(nodes: int = 3, up_args: tuple[str, ...] = ()) -> LocalCluster:
+        cluster = LocalCluster(workdir=tmp_path_factory.mktemp("cluster"), lake=lake_target, tenant=ALICE,
+                               nodes=nodes, up_args=up_args)
+        started.append(cluster)
+        return cluster.up()
+
+    yield start
+    for cluster in started:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def cluster(start_cluster: StartCluster) -> LocalCluster:
+    """Three nodes (node1..node3), each with the others as peers, over the RGW."""
+    return start_cluster(nodes=3)
+
+
+@pytest.fixture(scope="session")
+def rgw_log(lake_target: Target) -> RgwLog:
+    """The RGW's access log, for counting lake requests (needs CEPH_CONF from s3.env)."""
+    try:
+        return RgwLog.from_environment()
+    except RuntimeError as exc:
+        pytest.skip(f"cannot count lake requests: {exc}")
+
+
+@pytest.fixture
+def lake_s3(lake_target: Target) -> Iterator[Any]:
+    """boto3 straight to the RGW, past every node."""
+    client = lake_target.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def bucket(lake_s3: Any, cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh bucket, made in the lake itself, emptied and deleted afterwards."""
+    name = unique_bucket_name(request.node.originalname.removeprefix("test_"))
+    lake_s3.create_bucket(Bucket=name)
+    yield name
+    empty_and_delete_bucket(lake_s3, name)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """On a failure, show the end of each node's log."""
+    report = yield
+    cluster = getattr(item, "funcargs", {}).get("cluster")
+    if report.failed and isinstance(cluster, LocalCluster) and cluster.state is not None:
+        for node_id, tail in cluster.log_tails().items():
+            report.sections.append((f"{node_id} log, last lines", tail))
+    return report
