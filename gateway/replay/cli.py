@@ -33,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                             description="Replay a trace (JSON Lines or CSV, docs/replay.md) with "
                                         "concurrent curl mappers on presigned URLs.")
     replay.add_argument("trace", type=Path, help="trace file (.jsonl, or .csv)")
-    _add_endpoint_flags(replay, required=True)
+    _add_endpoint_flags(replay, required=True,
+                        help="S3 endpoint URL (lakegate or the lake); several cache nodes comma-separated: "
+                             "mappers are spread over them round robin")
     replay.add_argument("--mappers", type=_positive(int), default=ReplayOptions.mappers,
                         help="concurrent curl mappers (default %(default)s)")
     replay.add_argument("--speed", type=_positive(float), default=1.0,
@@ -85,8 +87,9 @@ def _add_synth_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     synth.set_defaults(run=run_synth)
 
 
-def _add_endpoint_flags(parser: argparse.ArgumentParser, required: bool) -> None:
-    parser.add_argument("--endpoint", required=required, help="S3 endpoint URL (lakegate or the lake)")
+def _add_endpoint_flags(parser: argparse.ArgumentParser, required: bool,
+                        help: str = "S3 endpoint URL (lakegate or the lake)") -> None:
+    parser.add_argument("--endpoint", required=required, help=help)
     parser.add_argument("--access-key", default=os.environ.get("AWS_ACCESS_KEY_ID"),
                         help="access key for every tenant without its own (default: $AWS_ACCESS_KEY_ID)")
     parser.add_argument("--secret-key", default=os.environ.get("AWS_SECRET_ACCESS_KEY"),

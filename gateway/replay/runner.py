@@ -30,7 +30,7 @@ _CURL_WRITE_OUT = "%{http_code} %{size_download} %{time_total} %{time_starttrans
 
 @dataclass(frozen=True)
 class ReplayOptions:
-    endpoint: str
+    endpoint: str  # one URL, or several comma-separated (cache nodes): mapper n uses the (n mod k)-th
     region: str = "us-east-1"
     mappers: int = 16
     speed: float = 1.0  # 2.0: arrivals twice as fast as the trace says
@@ -94,14 +94,16 @@ class Replay:
         self._start = 0.0
         # botocore clients are made here, in one thread (making them is not thread-safe;
         # presigning with them from many threads is)
-        self._clients = {t: s3_client(options.endpoint, credentials.keys_for(t), options.region)
-                         for t in sorted({r.tenant for r in records})}
+        self.endpoints = [e.strip() for e in options.endpoint.split(",") if e.strip()]
+        self._clients = {(t, e): s3_client(e, credentials.keys_for(t), options.region)
+                         for t in sorted({r.tenant for r in records}) for e in self.endpoints}
 
     def run(self, report: Callable[[Progress], None] | None = None, interval: float = 0.5) -> list[Outcome]:
         """Replay every request; ``report(progress)`` every ``interval`` seconds meanwhile.
         Returns the outcomes in trace order."""
         self._start = self.clock()
-        mappers = [threading.Thread(target=self._mapper, name=f"mapper-{n}", daemon=True)
+        mappers = [threading.Thread(target=self._mapper, args=(self.endpoints[n % len(self.endpoints)],),
+                                    name=f"mapper-{n}", daemon=True)
                    for n in range(min(self.options.mappers, len(self.queue)))]
         for mapper in mappers:
             mapper.start()
@@ -124,14 +126,14 @@ class Replay:
             self._next += 1
             return self.queue[self._next - 1]
 
-    def _mapper(self) -> None:
+    def _mapper(self, endpoint: str) -> None:
         while (item := self._take()) is not None:
             index, record = item
             if self.options.wait:
                 delay = self._start + record.offset / self.options.speed - self.clock()
                 if delay > 0:
                     time.sleep(delay)
-            outcome = self._fetch(index, record)
+            outcome = self._fetch(index, record, endpoint)
             with self._lock:
                 self.outcomes.append(outcome)
                 self.progress.done += 1
@@ -139,8 +141,8 @@ class Replay:
                 self.progress.mismatches += outcome.mismatch
                 self.progress.bytes += outcome.bytes
 
-    def _fetch(self, index: int, record: TraceRecord) -> Outcome:
-        url = self._clients[record.tenant].generate_presigned_url(
+    def _fetch(self, index: int, record: TraceRecord, endpoint: str) -> Outcome:
+        url = self._clients[(record.tenant, endpoint)].generate_presigned_url(
             "get_object", Params={"Bucket": record.bucket, "Key": record.key},
             ExpiresIn=self.options.url_expiry)
         started = self.clock() - self._start
