@@ -113,7 +113,10 @@ class PeerClient:
             raise PeerUnavailable(f"{url}: {exc!r}") from exc
         if resp.status_code != 200:
             raise PeerUnavailable(f"{url}: {name} answered {resp.status_code}")
-        return resp.json()
+        try:
+            return resp.json()
+        except ValueError as exc:  # not a lakegate node (a wrong port, a proxy's page)
+            raise PeerUnavailable(f"{url}: {name} answer is not JSON") from exc
 
     async def heartbeat(self, url: str, load: Mapping[str, float], timeout: float) -> tuple[Member, dict[str, float]]:
         """Send our heartbeat to ``url``; its answer names the node there and its load."""
@@ -121,7 +124,7 @@ class PeerClient:
         answer = await self._post(url, "heartbeat", doc, timeout)
         try:
             return member_from(answer), dict(answer.get("load") or {})
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError, TypeError) as exc:
             raise PeerUnavailable(f"{url}: bad heartbeat answer") from exc
 
     async def invalidate(self, member: Member, bucket: str, keys: list[str] | None, timeout: float) -> None:
