@@ -167,7 +167,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="benchmarks.cluster_read", description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=2, help="rounds of both modes (default 2)")
-    p.add_argument("--objects", type=int, default=48, help="objects in the working set (default 48, ~170 MiB)")
+    p.add_argument("--objects", type=int, default=48, help="objects in the working set (default 48, ~130 MiB)")
     p.add_argument("--clients", type=int, default=4, help="concurrent readers per node (default 4)")
     p.add_argument("--quick", action="store_true", help="1 round, 16 objects: a smoke run")
     p.add_argument("--lake-mbit", type=float, default=300.0, help="lake link rate (cluster link: 6x)")

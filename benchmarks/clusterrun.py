@@ -66,7 +66,7 @@ class BenchCluster:
             args += ["--", *self.serve_args]
         on_exit("lakegate cluster", self.stop)
         self.state = json.loads(self._cli(*args))
-        log(f"{self.nodes} lakegate nodes {'standalone' if self.standalone else 'clustered'}: "
+        log(f"{self.nodes} lakegate nodes {'standalone' if self.standalone or self.nodes == 1 else 'clustered'}: "
             f"{', '.join(self.urls)} (dir {self.workdir})")
         return self.endpoints()
 

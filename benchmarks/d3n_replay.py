@@ -185,6 +185,8 @@ def one_run(args: argparse.Namespace, name: str, lake: S3Endpoint, net: ShapedNe
 
 
 def plots(result: dict[str, Any], directory: Path) -> list[Path]:
+    """The completion-time bars and the cumulative lake bytes (D3N's two slides), as PNGs;
+    ``python -m benchmarks.d3n_replay --replot RESULT.json --plot-dir DIR`` redraws them."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -213,7 +215,8 @@ def plots(result: dict[str, Any], directory: Path) -> list[Path]:
                 color=colors[r])
     ax.set_xlabel("seconds since the replay started")
     ax.set_ylabel("GiB read from the lake (tc counter)")
-    ax.set_title(f"cumulative data read from the lake ({result['trace']['stats'].get('reuse', '?')} reuse)")
+    reuse = result["trace"]["stats"].get("reuse")
+    ax.set_title("cumulative data read from the lake" + (f" (trace: {reuse:.1%} byte reuse)" if reuse else ""))
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -237,6 +240,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lake-mbit", type=float, default=300.0, help="lake link rate (cluster link: 6x)")
     p.add_argument("--quick", action="store_true", help="a small trace (40 files, 120 requests), 32 mappers")
     p.add_argument("--plot-dir", type=Path, help="write the two PNGs here")
+    p.add_argument("--replot", type=Path, metavar="JSON", help="only redraw the PNGs of an earlier result")
     p.add_argument("--output", type=Path, default=RESULTS_DIR / f"{NAME}.json", help="JSON result file")
     p.add_argument("--ceph-dir", type=Path, default=Path("/tmp/lakegate-bench-d3n-ceph"))
     p.add_argument("--rgw-port", type=int, default=7593)
@@ -250,6 +254,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    if args.replot:
+        plots(json.loads(args.replot.read_text()), args.plot_dir or Path("."))
+        return 0
     exit_on_signals()
     why_not = available()
     if why_not:
