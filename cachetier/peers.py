@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlencode
@@ -28,6 +29,7 @@ from urllib.parse import urlencode
 import httpx
 
 from cachetier.errors import PreconditionFailed
+from cachetier.lakehttp import LakeTransport
 from cachetier.lake import ObjectInfo
 from cachetier.ring import Member
 
@@ -93,10 +95,15 @@ class PeerClient:
     def __init__(self, me: Member, secret: bytes, *, timeout: float, connect_timeout: float = 1.0, verify_tls: bool | str = True):
         self.me = me
         self.secret = secret
+        context = None
+        if verify_tls is False:
+            context = ssl.create_default_context()
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        elif isinstance(verify_tls, str):
+            context = ssl.create_default_context(cafile=verify_tls)
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-            verify=verify_tls,
+            transport=LakeTransport(max_connections=256, max_idle=64, ssl_context=context),
             headers={"user-agent": "lakegate-peer"},
         )
 

@@ -1,7 +1,9 @@
 """``S3Lake``: the :class:`~cachetier.lake.Lake` over any S3 endpoint (Ceph RGW, MinIO, AWS).
 
-Requests are path-style (``/bucket/key``), signed with botocore's SigV4 signer and sent on one
-pooled async httpx client (HTTP/1.1). Bodies stream both ways: uploads go out with
+Requests are path-style (``/bucket/key``), signed with botocore's SigV4 signer, built as httpx
+requests and sent straight to a pooled transport (HTTP/1.1): ``cachetier.lakehttp``'s lean one
+by default. No httpx client sits in between: its per-request cookie, auth and redirect handling
+cost ~0.3 ms of CPU per lake request (profiled) and a lake needs none of them. Bodies stream both ways: uploads go out with
 ``UNSIGNED-PAYLOAD`` and an explicit Content-Length, downloads are handed over as they arrive.
 A lake answer that is not a success becomes an ``S3Error`` (:func:`cachetier.errors.from_lake`);
 an unreachable or failing lake becomes ``ServiceUnavailable`` or ``SlowDown``, after jittered
@@ -24,7 +26,6 @@ from email.utils import format_datetime, parsedate_to_datetime
 from typing import ParamSpec, TypeVar
 from urllib.parse import quote
 
-import httpcore
 import httpx
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -46,6 +47,7 @@ from cachetier.errors import (
     SlowDown,
     from_lake,
 )
+from cachetier.lakehttp import LakeTransport
 from cachetier.lake import (
     STORED_HEADERS,
     Body,
@@ -63,29 +65,6 @@ from cachetier.lake import (
     WriteResult,
 )
 from cachetier.ranges import ByteRange
-
-# httpcore reads 64 KiB per recv by default; for object bodies that means many small reads,
-# each copied and re-sliced by anyio. 1 MiB reads measured 2.64 -> 1.65 CPU-s/GiB on 64 MiB
-# GETs (benchmarks/passthrough.py). A class attribute: it applies to every httpx client in the
-# process, and the lake client is the only one on the data path.
-httpcore._async.http11.AsyncHTTP11Connection.READ_NUM_BYTES = 1 << 20
-
-
-def _is_readable_cached(self, info: str):  # type: ignore[no-untyped-def]
-    """httpcore asks every pooled connection "is_readable" on every request it schedules; each
-    answer makes anyio build the stream's whole attribute table to find the raw socket
-    (measured, 16 concurrent 4 KiB GETs to RGW: 1.47 -> 1.33 CPU ms each). The socket of a stream never changes, so
-    it is looked up once. httpcore is pinned (pyproject) because this replaces its method."""
-    if info != "is_readable":
-        return _get_extra_info(self, info)
-    sock = getattr(self, "_lakegate_raw_socket", None)
-    if sock is None:
-        sock = self._lakegate_raw_socket = _get_extra_info(self, "socket")
-    return httpcore._utils.is_socket_readable(sock)
-
-
-_get_extra_info = httpcore._backends.anyio.AnyIOStream.get_extra_info
-httpcore._backends.anyio.AnyIOStream.get_extra_info = _is_readable_cached
 
 _USER_AGENT = b"lakegate"
 
@@ -134,19 +113,11 @@ class S3Lake:
         self._origin = f"{url.scheme}://{self._host}"
         self._signer = S3SigV4Auth(Credentials(access_key, secret_key), "s3", region)
         self._retries = retries
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._client = httpx.AsyncClient(
-            timeout=timeout or _DEFAULT_TIMEOUT,
-            limits=limits,
-            transport=transport,
-            trust_env=False,
-            follow_redirects=False,
-            # Bodies are passed through as stored; never ask for a transfer encoding.
-            headers={"accept-encoding": "identity", "user-agent": _USER_AGENT.decode()},
-        )
+        self._timeouts = (timeout or _DEFAULT_TIMEOUT).as_dict()
+        self._transport = transport if transport is not None else LakeTransport(max_connections=max_connections)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._transport.aclose()
 
     # -- buckets -----------------------------------------------------------------------------
 
@@ -415,7 +386,7 @@ class S3Lake:
         for attempt in range(self._retries + 1):
             request = self._signed(method, bucket, key, query or {}, dict(headers or {}), upload or content, length)
             try:
-                response = await self._client.send(request, stream=True)
+                response = await self._send(request)
                 if not (retryable and response.status_code in _UNAVAILABLE and attempt < self._retries):
                     if response.status_code >= 300:
                         raise await _lake_error(response, method, not_found)
@@ -431,6 +402,13 @@ class S3Lake:
                     raise ServiceUnavailable(f"The lake is unreachable ({type(exc).__name__}).") from exc
             await asyncio.sleep(self.retry_base_delay * 2**attempt * random.uniform(0.5, 1.5))
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        """``request`` through the transport; the response's body is not read yet."""
+        request.extensions["timeout"] = self._timeouts
+        response = await self._transport.handle_async_request(request)
+        response.request = request
+        return response
 
     def _signed(
         self,
