@@ -18,7 +18,8 @@ tests see no difference, and does only what they need:
   extensions, failures raised as httpx's exceptions (ConnectError, ReadTimeout, ...), so
   callers' retry rules keep working;
 - a connection goes back to the pool only after its response was read to the end and the
-  server keeps it alive; a response closed early closes its connection.
+  server keeps it alive; a response closed early, or whose body failed or was cancelled,
+  closes its connection and gives its slot back.
 """
 
 from __future__ import annotations
@@ -228,9 +229,11 @@ class _Body(httpx.AsyncByteStream):
         self._released = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._conn.body(self._timeout):
-            yield chunk
-        self._release()
+        try:
+            async for chunk in self._conn.body(self._timeout):
+                yield chunk
+        finally:  # also on an error or a cancellation: callers may not aclose() then (as httpcore)
+            self._release()
 
     async def aclose(self) -> None:
         self._release()
