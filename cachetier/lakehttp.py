@@ -140,7 +140,9 @@ class _Connection(asyncio.Protocol):
     def _lose(self) -> None:
         self.closed = True
         if self.transport is not None:
-            self.transport.close()
+            # abort, not close: close() would keep the socket, and a request body still
+            # buffered for a server that stopped reading, until the server reads it all
+            self.transport.abort()
         self._wake()
 
     def close(self) -> None:
