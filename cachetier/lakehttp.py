@@ -45,6 +45,7 @@ class _Response:
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.headers_done = False
+        self.until_eof = False  # neither Content-Length nor chunked: the body ends at EOF
         self.chunks: list[bytes] = []
         self.buffered = 0
         self.complete = False
@@ -61,6 +62,9 @@ class _Response:
         self.headers_done = True
         # asked here: after the message, llhttp has reset the state the answer comes from
         self.keep_alive = self.parser is not None and bool(self.parser.should_keep_alive())
+        self.until_eof = not any(
+            name.lower() == b"content-length" or (name.lower() == b"transfer-encoding" and b"chunked" in value.lower())
+            for name, value in self.headers)
 
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
@@ -108,6 +112,9 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def eof_received(self) -> bool:
+        response = self.response
+        if response is not None and response.headers_done and response.until_eof:
+            response.complete = True  # HTTP/1.0 style: the close is the body's end
         if self.error is None:
             self.error = httpx.RemoteProtocolError("the server closed the connection")
         self._lose()
