@@ -7,11 +7,14 @@ before its first byte, against ~0.1 ms here) and of its CPU per streamed GiB. Th
 keeps httpx's Request/Response types, so its callers (``S3Lake``, ``PeerClient``) and their
 tests see no difference, and does only what they need:
 
-- HTTP/1.1 with keep-alive: a LIFO pool of idle connections per origin, at most
-  ``max_connections`` open at once (a request waits for a slot up to the pool timeout);
+- HTTP/1.1 with keep-alive: a LIFO pool of idle connections per origin (up to ``max_idle``
+  each), at most ``max_connections`` requests in flight (a request waits for a slot up to the
+  pool timeout); idle connections of other origins are not counted against it;
 - responses parsed by httptools (llhttp, C), as they arrive, on an ``asyncio.Protocol``: a
   body chunk is the bytes object llhttp hands over, with no copy in between; reading pauses
-  when ``high_water`` bytes are waiting for a slow consumer;
+  when ``_HIGH_WATER`` bytes are waiting for a slow consumer; 1xx interim responses are
+  skipped, a body with neither Content-Length nor chunked ends at EOF, and bytes beyond the
+  response asked for discard the connection;
 - request bodies streamed from ``request.stream`` (Content-Length, or chunked when the
   request says so) with write flow control;
 - TLS (``ssl_context``), connect / read / write / pool timeouts from httpx's request
@@ -37,6 +40,10 @@ _LOW_WATER = 1 << 20
 _NO_BODY_STATUSES = frozenset({204, 304})
 
 
+class _UnaskedBytes(Exception):
+    """Raised from a parser callback to stop llhttp at bytes that belong to no response."""
+
+
 class _Response:
     """httptools' callbacks for one response."""
 
@@ -45,6 +52,7 @@ class _Response:
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.headers_done = False
+        self.interim = False  # in a 1xx's head: the final response follows it
         self.until_eof = False  # neither Content-Length nor chunked: the body ends at EOF
         self.chunks: list[bytes] = []
         self.buffered = 0
@@ -52,25 +60,39 @@ class _Response:
         self.keep_alive = False
         self.parser: httptools.HttpResponseParser | None = None
 
+    def on_message_begin(self) -> None:
+        if self.complete:  # llhttp would parse a second response into this one
+            raise _UnaskedBytes("a second response")
+
     def on_status(self, status: bytes) -> None:
         self.reason += status
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        if not self.headers_done:  # after it: a chunked body's trailers, which httpx drops too
+            self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        assert self.parser is not None
+        if 100 <= self.parser.get_status_code() < 200:  # 100 Continue, 103 Early Hints: skipped
+            self.interim, self.reason, self.headers = True, b"", []
+            return
         self.headers_done = True
         # asked here: after the message, llhttp has reset the state the answer comes from
-        self.keep_alive = self.parser is not None and bool(self.parser.should_keep_alive())
+        self.keep_alive = bool(self.parser.should_keep_alive())
         self.until_eof = not any(
             name.lower() == b"content-length" or (name.lower() == b"transfer-encoding" and b"chunked" in value.lower())
             for name, value in self.headers)
 
     def on_body(self, body: bytes) -> None:
+        if self.head_only:  # llhttp takes a HEAD's Content-Length for a body to come
+            raise _UnaskedBytes("a body after a HEAD's head")
         self.chunks.append(body)
         self.buffered += len(body)
 
     def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+            return
         self.complete = True
 
 
@@ -100,7 +122,7 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:  # 101: nobody asked
             self.error = httpx.RemoteProtocolError(f"bad HTTP response: {exc}")
             self._lose()
             return
@@ -285,7 +307,7 @@ class LakeTransport(httpx.AsyncBaseTransport):
             raise
         status = self._status(conn)
         stream = _Body(self, origin, conn, timeouts.get("read"))
-        if request.method == "HEAD" or status in _NO_BODY_STATUSES or 100 <= status < 200:
+        if request.method == "HEAD" or status in _NO_BODY_STATUSES:
             conn.response.complete = True  # type: ignore[union-attr]
         return httpx.Response(status, headers=head.headers, stream=stream,
                               extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason})
