@@ -36,6 +36,7 @@ def build_cluster(settings: Settings, clock: Callable[[], float]) -> Cluster:
         settings.cluster_secret.get_secret_value().encode(),
         timeout=settings.lake_timeout,
         connect_timeout=min(1.0, settings.failure_timeout / 3),
+        verify_tls=str(settings.peer_ca_file) if settings.peer_ca_file else True,
     )
     return Cluster(membership, client, seeds=seeds, dns=dns, heartbeat_interval=settings.heartbeat_interval)
 

@@ -56,6 +56,7 @@ class Settings(BaseSettings):
     partitions: int = Field(1024, ge=1, le=1 << 16)
     heartbeat_interval: float = Field(1.0, gt=0)
     failure_timeout: float = Field(3.0, gt=0)
+    peer_ca_file: Path | None = None
 
     @field_validator("listen")
     @classmethod
@@ -102,7 +103,7 @@ class Settings(BaseSettings):
     def _cross_checks(self) -> Settings:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key must be given together")
-        for path in (self.tls_cert, self.tls_key):
+        for path in (self.tls_cert, self.tls_key, self.peer_ca_file):
             if path is not None and not path.is_file():
                 raise ValueError(f"TLS file not found: {path}")
         if not self.tenants_file.is_file():
