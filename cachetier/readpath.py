@@ -26,13 +26,14 @@ import logging
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 
+from cachetier.blockfetch import BlockFetch, ObjectChanged
 from cachetier.blocks import BlockId, block_bounds, block_count, block_span
 from cachetier.blockstore import BlockStore
 from cachetier.cachestats import CacheStats
 from cachetier.cluster import Cluster
 from cachetier.conditions import Conditions
 from cachetier.context import RequestContext, current
-from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed, ServiceUnavailable
+from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
 from cachetier.lake import Lake, ObjectInfo, ObjectStream
 from cachetier.metacache import MetadataCache
 from cachetier.peers import PeerUnavailable
@@ -47,66 +48,12 @@ log = logging.getLogger("lakegate.readpath")
 _INLINE_READ = 1024 * 1024
 
 
-class ObjectChanged(ServiceUnavailable):
-    """The lake's object no longer has the ETag its cached metadata says (a retryable 503:
-    SDKs retry it, and the retry sees the new object)."""
-
-    message = "The object changed in the lake while it was being read. Please retry."
-
-
 class _MetadataFlight:
     """A metadata lookup on its way to the lake (a HEAD, or a cold key's first block GET),
     shared by the readers that need it."""
 
     future: asyncio.Future[ObjectInfo]
     stale = False  # the key was written meanwhile: do not cache the answer
-
-
-class BlockFetch:
-    """One block on its way from the lake, readable by any number of readers as it arrives."""
-
-    def __init__(self, owned: bool = True) -> None:
-        # False while a fetch started by metadata discovery waits for the reader it was
-        # started for: that reader owns it rather than joining someone else's
-        self.owned = owned
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.done = False
-        self.error: BaseException | None = None
-        self._changed = asyncio.Event()
-
-    def feed(self, chunk: bytes) -> None:
-        self.chunks.append(chunk)
-        self.size += len(chunk)
-        self._wake()
-
-    def finish(self, error: BaseException | None = None) -> None:
-        self.done, self.error = True, error
-        self._wake()
-
-    def _wake(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-
-    async def read(self, start: int, stop: int) -> AsyncIterator[bytes]:
-        """Bytes [start, stop) of the block, as soon as they have arrived."""
-        i = offset = 0
-        while True:
-            changed = self._changed
-            while i < len(self.chunks):
-                chunk = self.chunks[i]
-                lo, hi = max(start, offset), min(stop, offset + len(chunk))
-                if lo < hi:
-                    yield chunk[lo - offset : hi - offset]
-                offset += len(chunk)
-                i += 1
-                if offset >= stop:
-                    return
-            if self.error is not None:
-                raise self.error
-            if self.done:
-                raise ObjectChanged(f"block ended after {offset} bytes, wanted {stop}")
-            await changed.wait()
 
 
 class ReadPath:
