@@ -19,7 +19,7 @@ decide.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cachetier.ring import Member, PartitionMap, plan
@@ -166,7 +166,3 @@ def parse_peers(spec: str) -> tuple[list[tuple[str | None, str]], str | None]:
             raise ValueError(f"a peer must be [id=]http(s)://host:port, got {item!r}")
         seeds.append((node_id or None, url.rstrip("/")))
     return seeds, None
-
-
-def unique_urls(urls: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(urls))
