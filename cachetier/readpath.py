@@ -84,6 +84,8 @@ class ReadPath:
         self._fetching: Counter[tuple[str, str]] = Counter()  # keys with blocks in _fetches
         self._lookups: dict[tuple[str, str], _MetadataFlight] = {}
         self._next_offset: OrderedDict[tuple[str, str, str], int] = OrderedDict()  # sequential readers
+        # versions whose blocks this node served to peers, which its metadata cache may not know
+        self._served: OrderedDict[tuple[str, str], ObjectInfo] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ---- metadata ---------------------------------------------------------------------------
@@ -172,13 +174,14 @@ class ReadPath:
         """Forget the key's metadata, and any HEAD in flight for it: a read that starts after a
         write must not join a HEAD that may have been answered before the write.
 
-        The blocks of the version the metadata cache knew are dropped too (in the background):
-        they are unreachable once the key is written, and would only wait for eviction."""
-        old = self.meta.invalidate(bucket, key)
+        The blocks of the versions this node knew are dropped too (in the background): the one
+        in its metadata cache, and the one it last served to peers as their owner. They are
+        unreachable once the key is written, and would only wait for eviction."""
+        known = [self.meta.invalidate(bucket, key), self._served.pop((bucket, key), None)]
         flight = self._lookups.pop((bucket, key), None)
         if flight is not None:
             flight.stale = True
-        if old is not None and old.size > 0:
+        for old in {info.etag: info for info in known if info is not None and info.size > 0}.values():
             self._spawn(asyncio.to_thread(self._drop_blocks, old))
 
     def _drop_blocks(self, info: ObjectInfo) -> None:
@@ -411,6 +414,10 @@ class ReadPath:
         flight = self._lookups.get((info.bucket, info.key))
         if flight is not None:  # a cold read here may be GETting this very block: join it, not race it
             await asyncio.wait([flight.future])
+        self._served[(info.bucket, info.key)] = info
+        self._served.move_to_end((info.bucket, info.key))
+        if len(self._served) > 10_000:
+            self._served.popitem(last=False)
         bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
         lo, hi = block_bounds(index, info.size, self.block_size)
         data, _ = await self._local(bid, hi - lo + 1)

@@ -404,3 +404,23 @@ def test_invalidate_drops_the_known_versions_blocks_from_l1_and_l2(lake: Countin
         assert owner.cluster.counters["invalidations_sent"] == 1
 
     run(main())
+
+
+def test_an_owner_that_only_served_peers_drops_that_version_on_invalidation(lake: CountingLake) -> None:
+    """The owner never read the key itself (no metadata of it), yet holds its blocks in L2 for
+    the peers it served: an invalidation drops them too."""
+    owner, reader = nodes(lake, 2)
+    key = key_owned_by(owner)
+    data = os.urandom(BS)
+
+    async def main() -> None:
+        etag = await put(lake, key, data)
+        assert (await read(reader.reads, key))[1] == data
+        await settle([owner, reader])
+        assert bid(etag, key) in owner.l2 and owner.reads.meta.get(B, key) is None
+
+        await reader.cluster.broadcast_invalidate(B, [key])  # a write through the reader
+        await settle([owner, reader])
+        assert bid(etag, key) not in owner.l2
+
+    run(main())
