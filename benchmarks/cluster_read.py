@@ -103,16 +103,14 @@ class Run:
         shaped = self.net is not None
         nodes = BenchCluster(self.lake, nodes=NODES, standalone=(mode == "l1_only"),
                              host="0.0.0.0" if shaped else "127.0.0.1",  # noqa: S104 - inside the namespace
-                             advertise_host=PEER_HOST if shaped else None)
+                             advertise_host=PEER_HOST if shaped else None,
+                             client_host=CLIENT_HOST if shaped else None)
         try:
-            nodes.start()
-            endpoints = [S3Endpoint(u.replace(PEER_HOST, CLIENT_HOST), e.access_key, e.secret_key, e.region)
-                         for u, e in zip(nodes.urls, nodes.endpoints())]
-            time.sleep(2.5 if mode == "l2" else 0.2)  # heartbeats: every node sees the others
+            endpoints = nodes.start()
             before = self.net.counters() if self.net is not None else LinkCounters(0, 0, 0)
             seconds = run_async(read_everywhere(endpoints, self.digests, self.args.clients, round_no))
             link = (self.net.counters() - before) if self.net is not None else None
-            totals = nodes.totals(stats=[nodes.admin_stats(e.url) for e in endpoints])
+            totals = nodes.totals()
         finally:
             nodes.stop()
         sample = {

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ class BenchCluster:
     tenants: tuple[Tenant, ...] = (BENCH_TENANT,)
     host: str = "127.0.0.1"
     advertise_host: str | None = None  # peers reach each other here (a shaped address in a namespace)
+    client_host: str | None = None  # clients reach the nodes here instead (default: advertise_host)
     cache_capacity: str | None = None
     l2_capacity: str | None = None
     serve_args: tuple[str, ...] = ()
@@ -66,30 +68,51 @@ class BenchCluster:
             args += ["--", *self.serve_args]
         on_exit("lakegate cluster", self.stop)
         self.state = json.loads(self._cli(*args))
-        log(f"{self.nodes} lakegate nodes {'standalone' if self.standalone or self.nodes == 1 else 'clustered'}: "
+        clustered = not self.standalone and self.nodes > 1
+        log(f"{self.nodes} lakegate nodes {'clustered' if clustered else 'standalone'}: "
             f"{', '.join(self.urls)} (dir {self.workdir})")
+        if clustered:
+            self._wait_for_members()
         return self.endpoints()
 
     @property
     def urls(self) -> list[str]:
+        """The nodes' S3 endpoints as clients reach them."""
         assert self.state is not None
-        return [node["url"] for node in self.state["nodes"]]
+        urls = [node["url"] for node in self.state["nodes"]]
+        if self.client_host and self.advertise_host:
+            urls = [u.replace(f"//{self.advertise_host}:", f"//{self.client_host}:", 1) for u in urls]
+        return urls
 
     def endpoints(self, tenant: Tenant = BENCH_TENANT) -> list[S3Endpoint]:
         return [S3Endpoint(url, tenant.access_key, tenant.secret_key, self.lake.region) for url in self.urls]
 
-    def admin_stats(self, url: str) -> dict[str, Any]:
-        """GET /_lakegate/admin/stats of one node (from this process: the namespace's own
-        loopback needs ``fetch_json`` in it instead)."""
-        with urllib.request.urlopen(url + "/_lakegate/admin/stats", timeout=10) as response:
+    def _get(self, url: str, path: str) -> dict[str, Any]:
+        with urllib.request.urlopen(url + path, timeout=10) as response:
             return json.loads(response.read())
 
-    def totals(self, tenant: Tenant = BENCH_TENANT, stats: list[dict[str, Any]] | None = None) -> dict[str, int]:
-        """Each per-tenant cache counter summed over the nodes."""
+    def _wait_for_members(self, timeout: float = 30.0) -> None:
+        """Until every node has heard from all the others (heartbeats) and they agree on the ring."""
+        deadline = time.monotonic() + timeout
+        while True:
+            views = [self._get(u, "/_lakegate/admin/cluster") for u in self.urls]
+            if all(len(v["live"]) == self.nodes for v in views) and len({v["ring_version"] for v in views}) == 1:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the nodes did not converge on one ring in {timeout:.0f} s: {views}")
+            time.sleep(0.1)
+
+    def totals(self, tenants: tuple[Tenant, ...] | None = None) -> dict[str, int]:
+        """Each per-tenant cache counter summed over the nodes and ``tenants`` (default: all of
+        this cluster's), from one GET /_lakegate/admin/stats per node."""
+        names = {t.name for t in (tenants if tenants is not None else self.tenants)}
         total: dict[str, int] = {}
-        for node in stats if stats is not None else [self.admin_stats(u) for u in self.urls]:
-            for name, value in ((node.get("cache") or {}).get("per_tenant") or {}).get(tenant.name, {}).items():
-                total[name] = total.get(name, 0) + value
+        for url in self.urls:
+            per_tenant = (self._get(url, "/_lakegate/admin/stats").get("cache") or {}).get("per_tenant") or {}
+            for tenant, counters in per_tenant.items():
+                if tenant in names:
+                    for name, value in counters.items():
+                        total[name] = total.get(name, 0) + value
         return total
 
     def stop(self) -> None:

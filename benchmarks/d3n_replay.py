@@ -142,13 +142,11 @@ def one_run(args: argparse.Namespace, name: str, lake: S3Endpoint, net: ShapedNe
     else:
         count = 1 if name == "lakegate_1" else 3
         nodes = BenchCluster(lake, nodes=count, tenants=tenants, host="0.0.0.0",  # noqa: S104 - namespace only
-                             advertise_host=PEER_HOST, cache_capacity=args.cache_capacity,
-                             l2_capacity=args.cache_capacity)
-        nodes.start()
-        endpoints = [u.replace(PEER_HOST, CLIENT_HOST) for u in nodes.urls]
+                             advertise_host=PEER_HOST, client_host=CLIENT_HOST,
+                             cache_capacity=args.cache_capacity, l2_capacity=args.cache_capacity)
+        nodes.start()  # (clustered: returns once every node sees the others)
+        endpoints = nodes.urls
         keys = {"file": str(workdir / "tenants.toml")}
-        if count > 1:
-            time.sleep(2.5)  # heartbeats: every node sees the others before the first request
     try:
         sampler = LakeSampler(net)
         cluster_before = net.counters().cluster
@@ -168,11 +166,7 @@ def one_run(args: argparse.Namespace, name: str, lake: S3Endpoint, net: ShapedNe
             "mapper_curve": res["cumulative_bytes"],
         }
         if nodes is not None:
-            totals: dict[str, int] = {}
-            for tenant in tenants:
-                stats = [nodes.admin_stats(e) for e in endpoints]
-                for k, v in nodes.totals(tenant, stats).items():
-                    totals[k] = totals.get(k, 0) + v
+            totals = nodes.totals()
             run["lake_bytes_metrics"] = totals.get("lake_bytes", 0) + totals.get("bytes_bypassed", 0)
             run["lake_gets"] = totals.get("lake_gets", 0)
             run["peer_bytes_metrics"] = totals.get("peer_bytes", 0)
