@@ -28,9 +28,7 @@ log = logging.getLogger("lakegate.cluster")
 
 # counter name -> help text (exported as lakegate_cluster_<name>_total)
 CLUSTER_COUNTERS = {
-    "peer_fetches": "blocks fetched from their L2 owner on another node",
     "peer_fetch_failures": "block fetches from a peer that failed (the block came from elsewhere)",
-    "peer_bytes": "bytes of blocks fetched from peers",
     "peer_served": "blocks served to peers from this node's L2 (or fetched for them)",
     "peer_served_bytes": "bytes of blocks served to peers",
     "invalidations_sent": "invalidations sent to peers",
@@ -67,13 +65,11 @@ class Cluster:
         self.counters["peer_fetch_failures"] += 1
         self.membership.suspect(member.id)
 
-    async def fetch_block(
+    def fetch_block(
         self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
     ) -> AsyncIterator[bytes]:
-        self.counters["peer_fetches"] += 1
-        async for chunk in self.client.fetch_block(member, info, index, block_size, tenant):
-            self.counters["peer_bytes"] += len(chunk)
-            yield chunk
+        """(Blocks and bytes fetched from peers are counted per tenant by the read path.)"""
+        return self.client.fetch_block(member, info, index, block_size, tenant)
 
     # ---- the write path ---------------------------------------------------------------------
 

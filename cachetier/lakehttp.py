@@ -12,9 +12,9 @@ tests see no difference, and does only what they need:
   pool timeout); idle connections of other origins are not counted against it;
 - responses parsed by httptools (llhttp, C), as they arrive, on an ``asyncio.Protocol``: a
   body chunk is the bytes object llhttp hands over, with no copy in between; reading pauses
-  when ``_HIGH_WATER`` bytes are waiting for a slow consumer; 1xx interim responses are
-  skipped, a body with neither Content-Length nor chunked ends at EOF, and bytes beyond the
-  response asked for discard the connection;
+  when ``_HIGH_WATER`` bytes are waiting for a slow consumer and resumes once it took them;
+  1xx interim responses are skipped, a body with neither Content-Length nor chunked ends at
+  EOF, and bytes beyond the response asked for discard the connection;
 - request bodies streamed from ``request.stream`` (Content-Length, or chunked when the
   request says so) with write flow control;
 - TLS (``ssl_context``), connect / read / write / pool timeouts from httpx's request
@@ -36,7 +36,6 @@ import httptools  # type: ignore[import-untyped]
 import httpx
 
 _HIGH_WATER = 4 << 20  # body bytes buffered for the consumer before the socket is paused
-_LOW_WATER = 1 << 20
 _NO_BODY_STATUSES = frozenset({204, 304})
 
 

@@ -10,9 +10,8 @@ after the status come the body bytes sent and received (4194304 for a 4 MiB bloc
 headers counted), the Referer and the User-Agent (quoted, or ``-`` when the request had none)
 and the Range header (unquoted, or ``-``). The name after
 the address is the RGW user, the same for lakegate and for the tests' own RGW client: the user
-agent tells them apart. boto3 always sends its own; lakegate's lake client means to send
-``lakegate`` but, as of this writing, sends no User-Agent at all (S3Lake builds its requests
-without the client's default headers), so both ``"lakegate"`` and ``-`` count as lakegate.
+agent tells them apart: boto3 always sends its own, lakegate's lake client sends
+``lakegate``.
 
 Ceph's log thread writes asynchronously: ``RgwLog.count`` polls until the expected number of
 lines has appeared, then waits a little longer, so that ``assert count == expected`` is exact
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
-LAKEGATE_AGENTS = ("lakegate", None)  # None: no User-Agent header (see the module docstring)
+LAKEGATE_AGENT = "lakegate"
 WAIT_TIMEOUT_S = 10.0
 SETTLE_S = 0.5
 
@@ -118,7 +117,7 @@ class RgwLog:
             r
             for r in self.requests(since)
             if r.method == method
-            and r.user_agent in LAKEGATE_AGENTS
+            and r.user_agent == LAKEGATE_AGENT
             and r.is_object(bucket, key)
             and (where is None or where(r))
         ]
