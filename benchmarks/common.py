@@ -837,13 +837,14 @@ class RawS3Client(S3ClientBase):
         status, _, received = await self._exchange("GET", self.url(bucket, key), {}, None, sink)
         return status, received, digest.hexdigest() if digest else None, b"".join(kept) if kept is not None else None
 
-    async def timed_get(self, bucket: str, key: str, *, sha256: bool = False) -> TimedGet:
+    async def timed_get(self, bucket: str, key: str, *, sha256: bool = False,
+                        headers: dict[str, str] | None = None) -> TimedGet:
         """One GET timed from just before its request bytes are sent to the first body byte
         received (TTFB) and to the last. Signing and connecting happen before the clock starts
         (a pooled keep-alive connection when there is one); the body is hashed or discarded."""
         url = self.url(bucket, key)
         parts = urlsplit(url)
-        signed = self.sign("GET", url)
+        signed = self.sign("GET", url, dict(headers or {}))
         signed.setdefault("User-Agent", "lakegate-bench")
         digest = hashlib.sha256() if sha256 else None
         first: list[float] = []

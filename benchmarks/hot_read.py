@@ -7,6 +7,8 @@ tcp_nodelay=1). Workloads, each measured on both sides in the same run:
     hot_64MiB_x4   one 64 MiB object, 4 parallel streams, every block an L1 hit   MB/s, CPU s/GiB
     hot_4KiB_c32   one 4 KiB object, 32 connections, SigV4-signed GETs (wrk)      req/s, p50/p99
     cold_ttfb      N fresh objects (never read through the gateway), one GET each  time to first byte
+                   (also through a TCP relay that only forwards bytes, and through the gateway
+                   with the cache skipped: what any hop costs here, and what caching adds)
 
 Hot workloads: direct and gateway runs alternate within every round (the order flips each
 round); figures are medians over rounds, ``ratio`` = gateway / direct. The cache is warmed first
@@ -79,6 +81,7 @@ from benchmarks.common import (
     wrk_binary,
     wrk_version,
 )
+from benchmarks.relay import TcpRelay
 
 NAME = "hot_read"
 BIG = 64 * MiB
@@ -87,6 +90,11 @@ BLOCK = 4 * MiB  # lakegate's default block size (not overridden here)
 BIG_STREAMS = 4
 SMALL_CONNECTIONS = 32
 SIDES = ("direct", "gateway")
+# Cold reads, each object once per side. "relay": a TCP relay that only forwards bytes to RGW
+# (benchmarks/relay.py), the cost of any process in the path here; "passthrough": lakegate
+# with the cache skipped (Cache-Control: no-cache), the cost of its S3 front end alone.
+COLD_SIDES = ("direct", "relay", "gateway", "passthrough")
+NO_CACHE = {"Cache-Control": "no-cache"}
 TARGETS = {
     "hot_64MiB_ratio_min": 1.5,
     "hot_4KiB_rps_min": 5000.0,
@@ -106,7 +114,7 @@ class Config:
     big_gets_per_stream: int = 4  # 64 MiB GETs per stream per side per round (4 streams)
     small_seconds: float = 5.0  # wrk run per side per round
     wrk_threads: int = 1
-    cold_objects: int = 20
+    cold_objects: int = 24
     cold_size: int = 64 * MiB
 
     @classmethod
@@ -159,15 +167,18 @@ def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 
 
 class Runner:
-    def __init__(self, cfg: Config, lake: S3Endpoint, gateway: Gateway, pids: dict[str, int], wrk: str) -> None:
+    def __init__(self, cfg: Config, lake: S3Endpoint, gateway: Gateway, pids: dict[str, int], wrk: str,
+                 relay_url: str) -> None:
         self.cfg = cfg
         self.gateway = gateway
         self.endpoints = {"direct": lake, "gateway": gateway.endpoint()}
+        self.relay = S3Endpoint(relay_url, lake.access_key, lake.secret_key, lake.region)
         self.pids = pids  # "gateway", maybe "rgw"
         self.wrk = wrk
         self.big: dict[str, list[BigSample]] = {s: [] for s in SIDES}
         self.small: dict[str, list[SmallSample]] = {s: [] for s in SIDES}
-        self.cold: dict[str, list[TimedGet]] = {s: [] for s in SIDES}
+        self.cold: dict[str, list[TimedGet]] = {s: [] for s in COLD_SIDES}
+        self.cold_waits: list[float] = []  # seconds waited for the gateway's background work
         self.cold_cache: list[dict[str, int]] = []  # gateway cold GETs: counter deltas
         self.warm_check: dict[str, Any] = {}
         self.access_log_lines = 0
@@ -252,7 +263,7 @@ class Runner:
 
     async def cold_get(self, client: RawS3Client, data: Data, side: str, key: str) -> TimedGet:
         before = self.gateway.tenant_cache_counters() if side == "gateway" else {}
-        got = await client.timed_get(data.bucket, key, sha256=True)
+        got = await client.timed_get(data.bucket, key, sha256=True, headers=NO_CACHE if side == "passthrough" else None)
         if got.status != 200 or got.received != self.cfg.cold_size or got.sha256 != data.cold_sha256[key]:
             raise CheckFailed(f"{side} GET {key}: HTTP {got.status}, {got.received} bytes, sha256 {got.sha256}")
         if side == "gateway":
@@ -370,19 +381,37 @@ class Runner:
             log("WARNING: " + self.warnings[-1])
 
     async def _cold(self, clients: dict[str, RawS3Client], data: Data) -> None:
-        log(f"cold reads: {len(data.cold_keys)} objects x {self.cfg.cold_size // MiB} MiB, once per side")
+        log(f"cold reads: {len(data.cold_keys)} objects x {self.cfg.cold_size // MiB} MiB, once per side "
+            f"({', '.join(COLD_SIDES)}; the first side rotating)")
         for client in clients.values():  # fresh keep-alive connections, opened untimed
             await client.aclose()
-        for side, client in clients.items():
-            await self.check_small(client, data, side)
-        for i, key in enumerate(data.cold_keys):
-            order = SIDES if i % 2 == 0 else SIDES[::-1]
-            parts = []
-            for side in order:
-                got = await self.cold_get(clients[side], data, side, key)
-                parts.append(f"{side} ttfb {got.ttfb * 1000:6.2f} ms, {got.received / got.total / 1e6:6.1f} MB/s")
-                await asyncio.sleep(0.1)
-            log(f"  {key}  " + "  ".join(parts))
+        cold_clients = {**clients, "relay": RawS3Client(self.relay), "passthrough": clients["gateway"]}
+        try:
+            for side, client in cold_clients.items():
+                await self.check_small(client, data, side)
+            for i, key in enumerate(data.cold_keys):
+                order = COLD_SIDES[i % len(COLD_SIDES):] + COLD_SIDES[: i % len(COLD_SIDES)]
+                parts = []
+                for side in order:
+                    await self._settle()
+                    got = await self.cold_get(cold_clients[side], data, side, key)
+                    parts.append(f"{side} {got.ttfb * 1000:5.2f}")
+                log(f"  {key}  ttfb ms: " + "  ".join(parts))
+        finally:
+            await cold_clients["relay"].aclose()
+
+    async def _settle(self) -> None:
+        """Before each timed cold GET, whichever side: until the gateway has no background work
+        (the last read's blocks going into L1 would otherwise slow the next request, RGW's
+        own included), then 0.1 s."""
+        started = time.monotonic()
+        while (self.gateway.admin_stats().get("cache") or {}).get("background_tasks", 0):
+            if time.monotonic() - started > 30:
+                self.warnings.append("the gateway still had background work 30 s after a cold read")
+                break
+            await asyncio.sleep(0.02)
+        self.cold_waits.append(time.monotonic() - started)
+        await asyncio.sleep(0.1)
 
     async def _profile(self, client: RawS3Client, data: Data, out_dir: Path) -> None:
         """py-spy on the gateway during one more run of each hot workload (not in the figures)."""
@@ -452,21 +481,26 @@ class Runner:
             "cpu_ms_per_request": self._cpu(self.small, lambda s: s.wrk.requests / 1000),
             "l1_counters_gateway_runs": _sum_counters(s.cache for s in self.small["gateway"]),
         }
-        ttfb = {side: [x.ttfb * 1000 for x in self.cold[side]] for side in SIDES}
-        full = {side: [x.received / x.total / 1e6 for x in self.cold[side]] for side in SIDES}
+        ttfb = {side: [x.ttfb * 1000 for x in self.cold[side]] for side in COLD_SIDES}
+        full = {side: [x.received / x.total / 1e6 for x in self.cold[side]] for side in COLD_SIDES}
+
+        def per_object(side: str, base: str) -> float:
+            return rounded(median([a / b for a, b in zip(ttfb[side], ttfb[base], strict=True)]))
+
         cold: dict[str, Any] = {
             "objects": len(self.cold["gateway"]),
             "object_MiB": self.cfg.cold_size // MiB,
-            "direct_ttfb_ms": rounded(median(ttfb["direct"]), 2),
-            "gateway_ttfb_ms": rounded(median(ttfb["gateway"]), 2),
+            **{f"{side}_ttfb_ms": rounded(median(ttfb[side]), 2) for side in COLD_SIDES},
             "ratio": rounded(median(ttfb["gateway"]) / median(ttfb["direct"])),
-            "ratio_per_object_median": rounded(median([g / d for d, g in zip(ttfb["direct"], ttfb["gateway"], strict=True)])),
-            "direct_ttfb_ms_p90": rounded(percentile(ttfb["direct"], 90), 2),
-            "gateway_ttfb_ms_p90": rounded(percentile(ttfb["gateway"], 90), 2),
-            "direct_ttfb_ms_all": [rounded(x, 2) for x in ttfb["direct"]],
-            "gateway_ttfb_ms_all": [rounded(x, 2) for x in ttfb["gateway"]],
-            "direct_full_read_MBps": rounded(median(full["direct"]), 1),
-            "gateway_full_read_MBps": rounded(median(full["gateway"]), 1),
+            "ratio_per_object_median": per_object("gateway", "direct"),
+            "relay_ratio": rounded(median(ttfb["relay"]) / median(ttfb["direct"])),
+            "passthrough_ratio": rounded(median(ttfb["passthrough"]) / median(ttfb["direct"])),
+            "gateway_over_relay_ms": rounded(median(ttfb["gateway"]) - median(ttfb["relay"]), 2),
+            "gateway_over_passthrough_ms": rounded(median(ttfb["gateway"]) - median(ttfb["passthrough"]), 2),
+            **{f"{side}_ttfb_ms_p90": rounded(percentile(ttfb[side], 90), 2) for side in COLD_SIDES},
+            **{f"{side}_ttfb_ms_all": [rounded(x, 2) for x in ttfb[side]] for side in COLD_SIDES},
+            **{f"{side}_full_read_MBps": rounded(median(full[side]), 1) for side in COLD_SIDES},
+            "settle_wait_s_max": rounded(max(self.cold_waits, default=0.0), 3),
             "l1_counters_gateway_gets": _sum_counters(self.cold_cache),
         }
         return {"hot_64MiB_x4": big, "hot_4KiB_c32": small, "cold_ttfb": cold}
@@ -564,23 +598,28 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     r = result["results"]
+    two = ["RGW direct", "lakegate"], ["tab:gray", "tab:blue"]
+    big, small, cold = r["hot_64MiB_x4"], r["hot_4KiB_c32"], r["cold_ttfb"]
     panels = [
-        ("hot 64 MiB, 4 streams (L1 hit)\nMB/s", r["hot_64MiB_x4"]["direct_MBps"], r["hot_64MiB_x4"]["gateway_MBps"],
-         ("target >= 1.5 x direct", TARGETS["hot_64MiB_ratio_min"] * r["hot_64MiB_x4"]["direct_MBps"])),
-        ("hot 4 KiB, 32 connections (wrk)\nrequests/s", r["hot_4KiB_c32"]["direct_rps"], r["hot_4KiB_c32"]["gateway_rps"],
+        ("hot 64 MiB, 4 streams (L1 hit)\nMB/s", *two, [big["direct_MBps"], big["gateway_MBps"]],
+         ("target >= 1.5 x direct", TARGETS["hot_64MiB_ratio_min"] * big["direct_MBps"])),
+        ("hot 4 KiB, 32 connections (wrk)\nrequests/s", *two, [small["direct_rps"], small["gateway_rps"]],
          ("target >= 5,000 req/s", TARGETS["hot_4KiB_rps_min"])),
-        ("hot 4 KiB p99 latency\nms", r["hot_4KiB_c32"]["direct_p99_ms"], r["hot_4KiB_c32"]["gateway_p99_ms"],
+        ("hot 4 KiB p99 latency\nms", *two, [small["direct_p99_ms"], small["gateway_p99_ms"]],
          ("target <= 20 ms", TARGETS["hot_4KiB_p99_ms_max"])),
-        (f"cold GET, time to first byte\nms (median of {r['cold_ttfb']['objects']})", r["cold_ttfb"]["direct_ttfb_ms"],
-         r["cold_ttfb"]["gateway_ttfb_ms"], ("target <= 1.5 x direct", TARGETS["cold_ttfb_ratio_max"] * r["cold_ttfb"]["direct_ttfb_ms"])),
+        (f"cold GET, time to first byte\nms (median of {cold['objects']})",
+         ["RGW\ndirect", "TCP relay\n(floor)", "lakegate", "lakegate\nno-cache"],
+         ["tab:gray", "tab:olive", "tab:blue", "tab:cyan"], [cold[f"{side}_ttfb_ms"] for side in COLD_SIDES],
+         ("target <= 1.5 x direct", TARGETS["cold_ttfb_ratio_max"] * cold["direct_ttfb_ms"])),
     ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(14, 4.2))
-    for ax, (title, direct, gateway, (target_label, target)) in zip(axes, panels, strict=True):
-        bars = ax.bar(["RGW direct", "lakegate"], [direct, gateway], color=["tab:gray", "tab:blue"])
-        ax.bar_label(bars, labels=[f"{direct:,.1f}", f"{gateway:,.1f}"], padding=2, fontsize=8)
+    fig, axes = plt.subplots(1, len(panels), figsize=(15, 4.4), gridspec_kw={"width_ratios": [1, 1, 1, 1.6]})
+    for ax, (title, labels, colors, values, (target_label, target)) in zip(axes, panels, strict=True):
+        bars = ax.bar(labels, values, color=colors)
+        ax.bar_label(bars, labels=[f"{v:,.1f}" for v in values], padding=2, fontsize=8)
         ax.axhline(target, color="tab:red", linestyle="--", linewidth=1, label=target_label)
         ax.set_title(title, fontsize=9)
-        ax.set_ylim(0, max(direct, gateway, target) * 1.2)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.set_ylim(0, max(*values, target) * 1.2)
         ax.legend(loc="upper left", fontsize=7)
     machine = result["machine"]
     fig.suptitle(f"lakegate L1 hot reads and cold TTFB vs RGW direct (one worker, {machine['cores']} cores, "
@@ -601,7 +640,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small counts: a smoke run (about 1 minute)")
     p.add_argument("--small-seconds", type=float, help="wrk seconds per side per round (default 5)")
     p.add_argument("--wrk-threads", type=int, default=1, help="wrk threads (default 1: leaves the cores to the servers)")
-    p.add_argument("--cold-objects", type=int, help="fresh objects for the cold TTFB (default 20; --quick: 4)")
+    p.add_argument("--cold-objects", type=int, help="fresh objects for the cold TTFB (default 24; --quick: 4)")
     p.add_argument("--cold-size-mib", type=int, default=64, help="size of each cold object (default 64)")
     p.add_argument("--plot", type=Path, metavar="PNG", help="also write a bar chart")
     p.add_argument("--profile", type=Path, metavar="DIR",
@@ -649,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     ceph: CephCluster | None = None
     gateway: Gateway | None = None
+    relay: TcpRelay | None = None
     # L1 must hold every object the run reads (no evictions): the default 4 GiB unless that is short
     needed = BIG + SMALL + cfg.cold_objects * cfg.cold_size
     capacity = max(GATEWAY_DEFAULT_CAPACITY, 2 * needed)
@@ -671,7 +711,9 @@ def main(argv: list[str] | None = None) -> int:
         cache_fs = filesystem_of(gateway.workdir / "cache")
         if cache_fs["type"] in ("tmpfs", "ramfs"):
             log(f"WARNING: the cache dir is on {cache_fs['type']}, not a disk")
-        runner = Runner(cfg, lake, gateway, pids, wrk)
+        relay = TcpRelay(lake.url)
+        relay.start()
+        runner = Runner(cfg, lake, gateway, pids, wrk, relay.url)
         run_async(runner.run(args.profile))
     except CheckFailed as exc:
         log(f"FAILED, a response was wrong: {exc}")
@@ -679,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"lakegate log (tail):\n{gateway.output_tail()}")
         return 1
     finally:
+        if relay is not None:
+            relay.stop()
         if gateway is not None:
             gateway.stop()
         if ceph is not None:
@@ -717,7 +761,10 @@ def main(argv: list[str] | None = None) -> int:
                          "round, raw-socket client (one asyncio process)",
             "hot_4KiB": f"one object, {SMALL_CONNECTIONS} connections, wrk {cfg.small_seconds:g} s per side per round",
             "cold": f"{cfg.cold_objects} objects x {cfg.cold_size // MiB} MiB PUT straight to RGW, each read once per "
-                    "side (first side alternating), keep-alive connection, body hashed; TTFB = request sent -> first body byte",
+                    "side (direct; relay: a TCP relay that only forwards bytes, benchmarks/relay.py; gateway; "
+                    "passthrough: the gateway with Cache-Control: no-cache), the first side rotating per object; "
+                    "before each GET, whichever side, the gateway's background work (L1 fills) is waited for, then "
+                    "0.1 s; keep-alive connection, body hashed; TTFB = request sent -> first body byte",
             "statistic": "hot: median over rounds (latency: median of per-round wrk percentiles); cold: median over objects; "
                          "ratio = gateway / direct",
             "cpu": "utime+stime from /proc/<pid>/stat (gateway, radosgw), client: this process (64 MiB) or wrk (4 KiB)",

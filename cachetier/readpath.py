@@ -458,6 +458,12 @@ class ReadPath:
             raise ObjectChanged(f"lake sent {fetch.size} bytes for block {index}, expected {hi - lo + 1}")
         return b"".join(fetch.chunks)
 
+    @property
+    def background(self) -> int:
+        """Tasks still running in the background: block fetches (a block stays in flight
+        until it is stored) and drops of invalidated blocks."""
+        return len(self._tasks)
+
     def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)

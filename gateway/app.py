@@ -197,6 +197,7 @@ class LakegateApp:
                     "corrupt": store.corrupt,
                 }
         stats["metadata_entries"] = len(self.cached.reads.meta)
+        stats["background_tasks"] = self.cached.reads.background
         if self.cluster is not None:
             stats["cluster"] = self.cluster.snapshot()
         return stats

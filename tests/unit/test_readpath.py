@@ -193,7 +193,7 @@ async def read(lake: Lake | ReadPath, key: str, rng: ByteRange | None = None) ->
 
 async def drain(reads: ReadPath) -> None:
     """Wait for the read path's background work (fetches, read-ahead, stores) to finish."""
-    while reads._tasks:  # its task set: there is no public "idle" signal
+    while reads.background:
         await asyncio.gather(*list(reads._tasks), return_exceptions=True)
 
 
@@ -232,6 +232,28 @@ def test_concurrent_readers_of_a_cold_block_share_one_lake_get(lake: CountingLak
         assert lake.gets == [("k", block_range(0, BS))]
         assert lake.heads == []  # a cold key: the block's GET brought the metadata, no HEAD
         assert (counts(reads)["misses"], counts(reads)["lake_gets"], counts(reads)["coalesced"]) == (1, 1, 15)
+
+    run(main())
+
+
+def test_background_counts_a_block_in_flight_until_it_is_stored(lake: CountingLake) -> None:
+    data = os.urandom(2 * BS)
+
+    async def main() -> None:
+        await put(lake, "k", data)
+        reads = _reads(lake)
+        await read(reads, "k", ByteRange(first=0, last=0))  # metadata and block 0
+        await until(lambda: reads.background == 0)
+        stored = len(reads.store)
+        lake.hold_gets = asyncio.Event()
+        reader = asyncio.ensure_future(read(reads, "k", ByteRange(first=BS, last=BS)))
+        await until(lambda: len(lake.gets) == 2)
+        assert reads.background == 1  # block 1's fetch, its GET held
+        lake.hold_gets.set()
+        _, body = await reader
+        assert body == data[BS : BS + 1]
+        await until(lambda: reads.background == 0)
+        assert len(reads.store) == stored + 1  # stored before it stops counting
 
     run(main())
 

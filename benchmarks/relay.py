@@ -1,0 +1,139 @@
+"""A TCP relay that only forwards bytes: the floor for any proxy hop on this machine.
+
+It parses nothing, signs nothing and caches nothing: each accepted connection gets its own
+connection to the target, and bytes go both ways as they come (uvloop, the event loop lakegate
+runs on; TCP_NODELAY on both sides, as uvloop sets). A SigV4 client pointed at the relay is
+answered by the target itself (the signed Host header is the relay's, which the target checks
+as sent). hot_read's cold reads go through it too, so that what lakegate adds to a cold time to
+first byte can be told apart from what any process in the path adds here.
+
+    python -m benchmarks.relay --listen 127.0.0.1:7600 --to 127.0.0.1:7591
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import free_port, on_exit, port_busy, terminate
+
+
+class _Side(asyncio.Protocol):
+    """One end of a relayed connection; what it receives goes out of ``peer``."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Side | None = None
+        self.pending: list[bytes] | None = []  # received before the peer was connected
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.pending is not None:
+            self.pending.append(data)
+        elif self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+    def pair(self, peer: _Side) -> None:
+        self.peer = peer
+        assert peer.transport is not None
+        for data in self.pending or ():
+            peer.transport.write(data)
+        self.pending = None
+
+    # flow control: a slow reader on one side stops reading on the other
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+
+async def serve(listen: tuple[str, int], target: tuple[str, int]) -> None:
+    loop = asyncio.get_running_loop()
+
+    def accepted() -> _Side:
+        client = _Side()
+
+        async def connect() -> None:
+            try:
+                _, upstream = await loop.create_connection(_Side, *target)
+            except OSError:
+                if client.transport is not None:
+                    client.transport.close()
+                return
+            upstream.pair(client)
+            client.pair(upstream)
+
+        loop.create_task(connect())
+        return client
+
+    server = await loop.create_server(accepted, *listen)
+    async with server:
+        await server.serve_forever()
+
+
+class TcpRelay:
+    """``python -m benchmarks.relay`` as a subprocess, stopped at exit."""
+
+    def __init__(self, target_url: str) -> None:
+        host, _, port = target_url.removeprefix("http://").rstrip("/").partition(":")
+        self.target = (host, int(port or 80))
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> str:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.relay", "--listen", f"127.0.0.1:{self.port}",
+             "--to", f"{self.target[0]}:{self.target[1]}"],
+            cwd=Path(__file__).resolve().parents[1], stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        on_exit("relay", self.stop)
+        deadline = time.monotonic() + timeout
+        while not port_busy(self.port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the TCP relay did not start listening on port {self.port}")
+            time.sleep(0.05)
+        return self.url
+
+    def stop(self) -> None:
+        terminate(self.proc, 15, 5.0)
+        self.proc = None
+
+
+def _address(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="benchmarks.relay", description=__doc__.split("\n\n")[0])
+    p.add_argument("--listen", type=_address, required=True, metavar="HOST:PORT")
+    p.add_argument("--to", type=_address, required=True, metavar="HOST:PORT")
+    args = p.parse_args(argv)
+    import uvloop
+
+    uvloop.run(serve(args.listen, args.to))
+
+
+if __name__ == "__main__":
+    main()
