@@ -12,7 +12,9 @@ tests see no difference, and does only what they need:
   pool timeout); idle connections of other origins are not counted against it;
 - responses parsed by httptools (llhttp, C), as they arrive, on an ``asyncio.Protocol``: a
   body chunk is the bytes object llhttp hands over, with no copy in between; reading pauses
-  when ``_HIGH_WATER`` bytes are waiting for a slow consumer and resumes once it took them;
+  when ``_HIGH_WATER`` bytes are waiting for a slow consumer and resumes once it took them,
+  and pauses at a response's first body bytes until the consumer has had them and asks for
+  more (the first bytes reach it without waiting behind the parsing of the rest);
   1xx interim responses are skipped, a body with neither Content-Length nor chunked ends at
   EOF, and bytes beyond the response asked for discard the connection;
 - request bodies streamed from ``request.stream`` (Content-Length, or chunked when the
@@ -55,6 +57,7 @@ class _Response:
         self.until_eof = False  # neither Content-Length nor chunked: the body ends at EOF
         self.chunks: list[bytes] = []
         self.buffered = 0
+        self.held = False  # reading was paused at its first body bytes
         self.complete = False
         self.keep_alive = False
         self.parser: httptools.HttpResponseParser | None = None
@@ -108,6 +111,7 @@ class _Connection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._paused = False
+        self._held = False  # paused at a response's first body bytes (see data_received)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -125,11 +129,20 @@ class _Connection(asyncio.Protocol):
             self.error = httpx.RemoteProtocolError(f"bad HTTP response: {exc}")
             self._lose()
             return
-        if self.response.head_only and self.response.headers_done:
-            self.response.complete = True
-        if self.response.buffered >= _HIGH_WATER and not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
+        response = self.response
+        if response.head_only and response.headers_done:
+            response.complete = True
+        if not self._paused and self.transport is not None:
+            if response.buffered >= _HIGH_WATER:
+                self._paused = True
+                self.transport.pause_reading()
+            elif response.chunks and not response.complete and not response.held:
+                # The first body bytes: read no more until the consumer has them and asks for
+                # more. Otherwise the event loop's next turns go to reading the rest of a 4 MiB
+                # body (llhttp, copies) before the consumer's task can pass the first bytes on:
+                # time to first byte, the client's.
+                response.held = self._paused = self._held = True
+                self.transport.pause_reading()
         self._wake()
 
     def eof_received(self) -> bool:
@@ -239,9 +252,8 @@ class _Connection(asyncio.Protocol):
         while True:
             if response.chunks:
                 chunks, response.chunks, response.buffered = response.chunks, [], 0
-                if self._paused and self.transport is not None:
-                    self._paused = False
-                    self.transport.resume_reading()
+                if self._paused and not self._held:
+                    self._resume()
                 for chunk in chunks:
                     yield chunk
                 continue
@@ -249,7 +261,14 @@ class _Connection(asyncio.Protocol):
                 return
             if self.error is not None:
                 raise self.error
+            if self._paused:  # held at the first body bytes, which the consumer has had
+                self._resume()
             await self._wait(timeout)
+
+    def _resume(self) -> None:
+        self._paused = self._held = False
+        if self.transport is not None:
+            self.transport.resume_reading()
 
 
 class _Body(httpx.AsyncByteStream):

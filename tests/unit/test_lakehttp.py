@@ -558,6 +558,44 @@ def test_a_slow_consumer_of_a_large_body_keeps_memory_bounded(run: Any, monkeypa
     run(main)
 
 
+def test_reading_holds_at_the_first_body_bytes_until_the_consumer_asks_for_more(
+    run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first body bytes pause reading: the rest of the body (here long sent, waiting in the
+    socket) is not parsed until the consumer has taken them and asks for more, so they reach it
+    without waiting behind the rest. Then the body arrives whole and exact."""
+    rest = random.Random(3).randbytes(1 << 20)
+    parsed = 0
+    on_body = lakehttp._Response.on_body
+
+    def counting_on_body(self: lakehttp._Response, body: bytes) -> None:
+        nonlocal parsed
+        on_body(self, body)
+        parsed += len(body)
+
+    monkeypatch.setattr(lakehttp._Response, "on_body", counting_on_body)
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\nfirst" % (5 + len(rest)))
+        await asyncio.sleep(0.05)  # a TCP read of its own
+        await peer.send(rest)
+        await peer.until_closed()
+
+    async def main() -> None:
+        async with serving(handler) as (server, transport):
+            response = await open_response(transport, server.url)
+            await asyncio.sleep(0.5)  # the rest is sent, and would be read by now
+            assert parsed == 5
+            chunks = response.aiter_raw()
+            assert await anext(chunks) == b"first"
+            assert parsed == 5  # taken, but no more asked for yet
+            body = b"".join([chunk async for chunk in chunks])
+            assert body == rest
+
+    run(main)
+
+
 @pytest.mark.parametrize("body", ["bytes", "stream"])
 def test_a_server_that_stops_reading_is_a_write_timeout(run: Any, body: str) -> None:
     """Request bodies respect the socket's flow control: when the server stops reading, the
