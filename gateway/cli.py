@@ -108,6 +108,7 @@ def serve(settings: Settings) -> None:
     import uvicorn
 
     from gateway.app import LakegateApp
+    from gateway.httpserver import LakegateHttpProtocol
 
     try:
         tenants = TenantDirectory.load(settings.tenants_file)
@@ -122,6 +123,7 @@ def serve(settings: Settings) -> None:
         app,
         host=settings.host,
         port=settings.port,
+        http=LakegateHttpProtocol,  # uvicorn's httptools protocol; a GET's head and first bytes in one write
         log_level=settings.log_level,
         access_log=False,  # ours (lakegate.access) leaves out query strings, which may hold signatures
         ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
