@@ -83,6 +83,34 @@ class ObjectStream:
         if aclose is not None:
             await aclose()
 
+    async def started(self) -> ObjectStream:
+        """This stream once its first body bytes are in. A response's head then leaves with
+        them rather than alone, and a failure before them raises here, while an S3 error can
+        still be sent instead of a cut body."""
+        if self.length == 0:
+            return self
+        body = aiter(self.body)
+        try:
+            first = await anext(body)
+        except StopAsyncIteration:
+            return self  # ended at once: the response is cut where it would have been
+        except BaseException:
+            await self.aclose()
+            raise
+        return ObjectStream(self.info, self.content_range, prepend(first, body))
+
+
+async def prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``first``, then ``rest`` (closed at the end, or when this is)."""
+    try:
+        yield first
+        async for piece in rest:
+            yield piece
+    finally:
+        aclose = getattr(rest, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
 
 @dataclass(frozen=True)
 class WriteResult:

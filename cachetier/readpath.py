@@ -34,7 +34,7 @@ from cachetier.cluster import Cluster
 from cachetier.conditions import Conditions
 from cachetier.context import RequestContext, current
 from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
-from cachetier.lake import Lake, ObjectInfo, ObjectStream
+from cachetier.lake import Lake, ObjectInfo, ObjectStream, prepend
 from cachetier.metacache import MetadataCache
 from cachetier.peers import PeerUnavailable
 from cachetier.ranges import ByteRange
@@ -220,7 +220,7 @@ class ReadPath:
                 if attempt == 2:
                     raise ObjectChanged(str(exc)) from exc
                 continue
-            return ObjectStream(info, content_range, _prepend(first, body))
+            return ObjectStream(info, content_range, prepend(first, body))
         raise AssertionError("unreachable")
 
     def _starting_block(self, rng: ByteRange | None) -> int | None:
@@ -486,11 +486,3 @@ async def _empty() -> AsyncIterator[bytes]:
     return
     yield b""  # an async generator that yields nothing
 
-
-async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    try:
-        yield first
-        async for piece in rest:
-            yield piece
-    finally:
-        await rest.aclose()  # type: ignore[attr-defined]

@@ -34,6 +34,7 @@ async def get_object(call: Call) -> Response:
     stream = await call.lake.get_object(
         call.bucket, call.key, rng, Conditions.from_headers(call.req.headers.get)
     )
+    stream = await stream.started()  # the head goes out with the first bytes
     headers = object_headers(stream.info, call.req, whole=stream.content_range is None)
     if stream.content_range is None:
         return Response(headers=headers, stream=stream)
