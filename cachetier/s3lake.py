@@ -442,7 +442,9 @@ class S3Lake:
             headers={name: _signed_value(name, value) for name, value in wire.items()},
             data=content if isinstance(content, bytes) else None,
         )
-        if isinstance(content, _Upload):
+        if content is None or isinstance(content, _Upload):
+            # no body to sign (GET, HEAD, DELETE: botocore would still build a prepared
+            # request to hash the empty one), or a streamed one
             aws.context["client_config"] = _UNSIGNED_PAYLOAD
         self._signer.add_auth(aws)
         for name, value in aws.headers.items():

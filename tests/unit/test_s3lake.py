@@ -163,6 +163,7 @@ def test_object_requests_are_signed_and_sent_as_signed(key: str) -> None:
 
     info = run(using(make_lake(handler), lambda lake: lake.head_object("bkt", key)))
     assert info.key == key
+    assert seen[0].headers["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD"  # no body to sign
     # the lake decodes the path it receives into the key, whatever httpx does to URLs
     assert unquote(seen[0].url.raw_path.decode("ascii")) == f"/bkt/{key}"
     assert seen[0].headers["host"] == "lake.test:7480"
@@ -624,6 +625,7 @@ def test_delete_objects_body_and_outcomes() -> None:
     async def handler(request: httpx.Request) -> httpx.Response:
         verify_sigv4(request)
         assert request.method == "POST" and request.url.raw_path == b"/bkt?delete"
+        assert request.headers["x-amz-content-sha256"] == hashlib.sha256(request.content).hexdigest()  # a body: signed
         digest = base64.b64encode(hashlib.md5(request.content).digest()).decode()
         assert request.headers["content-md5"] == digest
         assert b"<Quiet>false</Quiet>" in request.content
