@@ -76,6 +76,10 @@ async def serve(listen: tuple[str, int], target: tuple[str, int]) -> None:
                 if client.transport is not None:
                     client.transport.close()
                 return
+            if client.transport is None or client.transport.is_closing():
+                if upstream.transport is not None:  # the client left while we connected
+                    upstream.transport.close()
+                return
             upstream.pair(client)
             client.pair(upstream)
 
