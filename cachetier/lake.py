@@ -71,6 +71,7 @@ class ObjectStream:
     info: ObjectInfo
     content_range: tuple[int, int] | None
     body: Body
+    first_in: bool = False  # the body's first bytes have arrived (see started)
 
     @property
     def length(self) -> int:
@@ -87,7 +88,7 @@ class ObjectStream:
         """This stream once its first body bytes are in. A response's head then leaves with
         them rather than alone, and a failure before them raises here, while an S3 error can
         still be sent instead of a cut body."""
-        if self.length == 0:
+        if self.first_in or self.length == 0:
             return self
         body = aiter(self.body)
         try:
@@ -97,7 +98,7 @@ class ObjectStream:
         except BaseException:
             await self.aclose()
             raise
-        return ObjectStream(self.info, self.content_range, prepend(first, body))
+        return ObjectStream(self.info, self.content_range, prepend(first, body), first_in=True)
 
 
 async def prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

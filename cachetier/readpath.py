@@ -34,7 +34,7 @@ from cachetier.cluster import Cluster
 from cachetier.conditions import Conditions
 from cachetier.context import RequestContext, current
 from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
-from cachetier.lake import Lake, ObjectInfo, ObjectStream, prepend
+from cachetier.lake import Lake, ObjectInfo, ObjectStream
 from cachetier.metacache import MetadataCache
 from cachetier.peers import PeerUnavailable
 from cachetier.ranges import ByteRange
@@ -211,16 +211,13 @@ class ReadPath:
             if info.size == 0:
                 return ObjectStream(info, None, _empty())
             start, end = content_range or (0, info.size - 1)
-            body = self._stream(info, start, end, ctx)
+            stream = ObjectStream(info, content_range, self._stream(info, start, end, ctx))
             try:  # the first piece before any header is sent: a stale ETag can still be retried
-                first = await anext(body)
+                return await stream.started()
             except (ObjectChanged, PreconditionFailed, NoSuchKey) as exc:
-                await body.aclose()
                 self.meta.invalidate(bucket, key)
                 if attempt == 2:
                     raise ObjectChanged(str(exc)) from exc
-                continue
-            return ObjectStream(info, content_range, prepend(first, body))
         raise AssertionError("unreachable")
 
     def _starting_block(self, rng: ByteRange | None) -> int | None:

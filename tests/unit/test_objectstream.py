@@ -54,6 +54,7 @@ def test_started_has_read_the_first_bytes_and_keeps_them_all() -> None:
         body = Body(b"ab", b"cd", b"e")
         started = await stream(body, 5).started()
         assert body.reads == 1
+        assert await started.started() is started and body.reads == 1  # once is enough
         assert await drain(started) == b"abcde"
         assert body.closed
 
