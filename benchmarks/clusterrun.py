@@ -1,5 +1,5 @@
 """Several lakegate nodes for a benchmark, started and stopped with `lakegate cluster up|down`
-(gateway/localcluster.py), in a temp dir of their own, optionally inside a network namespace
+(tools/localcluster.py), in a temp dir of their own, optionally inside a network namespace
 (``command_prefix=("ip", "netns", "exec", NAME)``, see benchmarks/netns.py)."""
 
 from __future__ import annotations

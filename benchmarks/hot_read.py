@@ -539,7 +539,7 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
     ("sigv4 authenticate", ("(gateway/s3/sigv4.py",)),
     ("L1 block file open (diskcache Disk.fetch)", ("Disk.fetch (diskcache/",)),
     ("L1 index: diskcache get/contains (SQLite txn)", ("(diskcache/",)),
-    ("L1 block read() + crc32c (DiskBlockStore)", ("(cachetier/blockstore.py", "(awscrt/")),
+    ("L1 block read() + crc32c (DiskBlockStore)", ("(cachetier/blocks/store.py", "(awscrt/")),
     ("ReadPath/CachedLake/BlockId/meta/stats (rest)", ("(cachetier/",)),
     ("access log (logging)", ("(logging/",)),
     ("prometheus counter", ("prometheus_client",)),

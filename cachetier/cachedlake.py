@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from cachetier.blocks import BlockId
-from cachetier.cluster import Cluster
-from cachetier.conditions import Conditions
+from cachetier.blocks.ids import BlockId
+from cachetier.cluster.node import Cluster
+from cachetier.lake.conditions import Conditions
 from cachetier.context import current
 from cachetier.lake import (
     Body,
@@ -34,8 +34,8 @@ from cachetier.lake import (
     UploadsQuery,
     WriteResult,
 )
-from cachetier.ranges import ByteRange
-from cachetier.readpath import ReadPath
+from cachetier.lake.ranges import ByteRange
+from cachetier.read.path import ReadPath
 
 
 class CachedLake:

@@ -20,17 +20,17 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import Response as FastAPIResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from cachetier.blocks import BlockId
-from cachetier.blockstore import BlockStore, DiskBlockStore
+from cachetier.blocks.ids import BlockId
+from cachetier.blocks.store import BlockStore, DiskBlockStore
 from cachetier.cachedlake import CachedLake
-from cachetier.cachestats import CacheStats
-from cachetier.cluster import Cluster
-from cachetier.dirlake import DirLake
+from cachetier.telemetry.counters import CacheStats
+from cachetier.cluster.node import Cluster
+from cachetier.lake.dirlake import DirLake
 from cachetier.lake import Lake
-from cachetier.peers import PREFIX as PEER_PREFIX
-from cachetier.readpath import ReadPath
-from cachetier.s3lake import S3Lake
-from gateway.cluster import build_cluster, heartbeat_loop, host_load
+from cachetier.cluster.peers import PREFIX as PEER_PREFIX
+from cachetier.read.path import ReadPath
+from cachetier.lake.s3.client import S3Lake
+from gateway.loops.membership import build_cluster, heartbeat_loop, host_load
 from gateway.metrics import CacheCollector, ClusterCollector
 from gateway.peerapi import PeerAPI
 from gateway.s3.frontend import S3Frontend

@@ -47,8 +47,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _command_modules() -> list:  # type: ignore[type-arg]
     """The other subcommands, one module each: ``register(subparsers)`` adds its parsers."""
-    from gateway import localcluster
-    from gateway.replay import cli as replay_cli
+    from tools import localcluster
+    from tools.replay import cli as replay_cli
 
     return [localcluster, replay_cli]
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from cachetier.blockstore import BlockStore
-from cachetier.cachestats import COUNTERS, CacheStats
-from cachetier.cluster import CLUSTER_COUNTERS, Cluster
+from cachetier.blocks.store import BlockStore
+from cachetier.telemetry.counters import COUNTERS, CacheStats
+from cachetier.cluster.node import CLUSTER_COUNTERS, Cluster
 
 
 class CacheCollector(Collector):

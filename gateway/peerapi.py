@@ -1,4 +1,4 @@
-"""The peer API under ``/_lakegate/v1/`` (see ``cachetier.peers`` for the protocol): a raw ASGI
+"""The peer API under ``/_lakegate/v1/`` (see ``cachetier.cluster.peers`` for the protocol): a raw ASGI
 app, reached only through ``LakegateApp``'s routing, never through the S3 router.
 
 Every request must carry the cluster HMAC; anything else (no signature, a wrong one, a tenant's
@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from urllib.parse import parse_qs
 
-from cachetier.blocks import block_count
-from cachetier.cluster import Cluster
+from cachetier.blocks.ids import block_count
+from cachetier.cluster.node import Cluster
 from cachetier.context import RequestContext, current
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
 from cachetier.lake import ObjectInfo
-from cachetier.peers import PREFIX, PeerAuthError, member_from, verify
-from cachetier.readpath import ReadPath
+from cachetier.cluster.peers import PREFIX, PeerAuthError, member_from, verify
+from cachetier.read.path import ReadPath
 
 log = logging.getLogger("lakegate.peer")
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from helpers import Target, Tenant, gateway_environment
 
-from gateway.localcluster import STATE_FILE, ClusterState, NodeState, is_node_process
+from tools.localcluster import STATE_FILE, ClusterState, NodeState, is_node_process
 
 CLI_TIMEOUT_S = 180
 _FATAL = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)

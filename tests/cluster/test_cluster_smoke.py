@@ -9,7 +9,7 @@ from typing import Any
 from integration.rgwlog import RgwLog
 from localnodes import LocalCluster, StartCluster
 
-from gateway.localcluster import is_node_process
+from tools.localcluster import is_node_process
 
 
 def test_three_nodes_each_serve_put_and_get_over_the_rgw(cluster: LocalCluster, bucket: str,

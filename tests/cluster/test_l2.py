@@ -25,8 +25,8 @@ from botocore.credentials import Credentials
 from helpers import ALICE
 from localnodes import LocalCluster
 
-from cachetier.blocks import block_count
-from cachetier.peers import sign
+from cachetier.blocks.ids import block_count
+from cachetier.cluster.peers import sign
 
 BLOCK = 4 << 20
 FAILURE_TIMEOUT_S = 3.0  # the nodes' default LAKEGATE_FAILURE_TIMEOUT

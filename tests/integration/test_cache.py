@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from rgwlog import RgwLog
 
-from cachetier.blocks import BlockId
+from cachetier.blocks.ids import BlockId
 
 KiB = 1024
 MiB = 1024 * KiB

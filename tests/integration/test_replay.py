@@ -21,7 +21,7 @@ from helpers import (
     unique_bucket_name,
 )
 
-from gateway.replay.trace import read_trace
+from tools.replay.trace import read_trace
 
 COMMAND_TIMEOUT_S = 180
 SYNTH_ARGS = ["--files", "80", "--requests", "200", "--tenants", "2", "--seed", "5",

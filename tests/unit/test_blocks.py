@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cachetier.blocks import (
+from cachetier.blocks.ids import (
     DEFAULT_BLOCK_SIZE,
     BlockId,
     block_bounds,

@@ -23,9 +23,9 @@ from pathlib import Path
 import diskcache  # type: ignore[import-untyped]
 import pytest
 
-from cachetier import blockstore
-from cachetier.blocks import BlockId
-from cachetier.blockstore import (
+from cachetier.blocks import store as blockstore
+from cachetier.blocks.ids import BlockId
+from cachetier.blocks.store import (
     EVICTION_POLICIES,
     SIDE_FILES_RESERVE,
     BlockStore,
@@ -102,7 +102,7 @@ def test_stores_conform_to_the_protocol(cls: type, tmp_path: Path) -> None:
 
 
 def test_the_twin_knows_every_policy() -> None:
-    from cachetier.blockstore import _MEMORY_ORDER
+    from cachetier.blocks.store import _MEMORY_ORDER
 
     assert set(_MEMORY_ORDER) == set(EVICTION_POLICIES)
 
@@ -313,8 +313,8 @@ def test_disk_usage_stays_within_capacity_plus_one_block(tmp_path: Path) -> None
 
 _WRITER_IMPORTS = """
 import random, sys
-from cachetier.blocks import BlockId
-from cachetier.blockstore import DiskBlockStore
+from cachetier.blocks.ids import BlockId
+from cachetier.blocks.store import DiskBlockStore
 """
 _WRITER = """
 store = DiskBlockStore(sys.argv[1], int(sys.argv[2]))

@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cachetier.conditions import Conditions
-from cachetier.dirlake import MIN_PART_SIZE, DirLake, valid_bucket_name
-from cachetier.dirlake.listing import decode_token, encode_token, list_objects_page, prefix_end
+from cachetier.lake.conditions import Conditions
+from cachetier.lake.dirlake import MIN_PART_SIZE, DirLake, valid_bucket_name
+from cachetier.lake.dirlake.listing import decode_token, encode_token, list_objects_page, prefix_end
 from cachetier.errors import (
     BadDigest,
     BucketNotEmpty,
@@ -52,7 +52,7 @@ from cachetier.lake import (
     ObjectAttributes,
     UploadsQuery,
 )
-from cachetier.ranges import ByteRange
+from cachetier.lake.ranges import ByteRange
 
 T = TypeVar("T")
 B = "bkt"
@@ -705,7 +705,7 @@ def test_start_up_removes_crash_leftovers(root: Path) -> None:
 
 _WRITER = """
 import asyncio, sys
-from cachetier.dirlake import DirLake
+from cachetier.lake.dirlake import DirLake
 from cachetier.lake import ObjectAttributes
 
 async def main():

@@ -26,8 +26,8 @@ import pytest
 import trustme
 import uvloop
 
-from cachetier import lakehttp
-from cachetier.lakehttp import LakeTransport
+from cachetier.net import transport as lakehttp
+from cachetier.net.transport import LakeTransport
 
 GENEROUS = httpx.Timeout(10.0)  # for what should happen: only a bug makes it fire
 DEADLINE = 20.0  # one test on one loop, hang included

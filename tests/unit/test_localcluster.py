@@ -1,4 +1,4 @@
-"""`lakegate cluster up|down|status|start-node` (gateway/localcluster.py).
+"""`lakegate cluster up|down|status|start-node` (tools/localcluster.py).
 
 Planning is checked without processes; the rest starts 2-node clusters over a folder lake
 (no Ceph), running the CLI as a subprocess the way a developer or a benchmark does.
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from helpers import ALICE, gateway_environment
 
-from gateway import localcluster
+from tools import localcluster
 
 CLI_TIMEOUT_S = 120
 

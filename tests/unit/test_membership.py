@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from cachetier.membership import Membership, parse_peers
-from cachetier.ring import Member, partition_of
+from cachetier.cluster.membership import Membership, parse_peers
+from cachetier.cluster.ring import Member, partition_of
 
 TIMEOUT = 3.0
 SUSPECT_FOR = 1.0

@@ -17,12 +17,12 @@ import pytest
 from test_readpath import BS, B, Clock, CountingLake, MemoryLake, put, run
 from test_readpath_cluster import Node, nodes
 
-from cachetier.cluster import Cluster
+from cachetier.cluster.node import Cluster
 from cachetier.errors import PreconditionFailed
 from cachetier.lake import ObjectInfo
-from cachetier.membership import Membership
-from cachetier.peers import PREFIX, PeerClient, sign
-from cachetier.ring import Member
+from cachetier.cluster.membership import Membership
+from cachetier.cluster.peers import PREFIX, PeerClient, sign
+from cachetier.cluster.ring import Member
 from gateway.peerapi import PeerAPI
 
 SECRET = b"cluster-secret-0123456789"

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 import httpx
 import pytest
 
-from cachetier.cluster import Cluster
-from cachetier.membership import Membership
-from cachetier.peers import (
+from cachetier.cluster.node import Cluster
+from cachetier.cluster.membership import Membership
+from cachetier.cluster.peers import (
     MAX_SKEW,
     PREFIX,
     PeerAuthError,
@@ -24,7 +24,7 @@ from cachetier.peers import (
     sign,
     verify,
 )
-from cachetier.ring import Member
+from cachetier.cluster.ring import Member
 
 SECRET = b"cluster-secret-0123456789"
 PATH = PREFIX + "block"

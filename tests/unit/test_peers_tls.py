@@ -1,5 +1,5 @@
 """Peers over HTTPS with a private CA: LAKEGATE_PEER_CA_FILE reaches the peer client that
-``gateway.cluster.build_cluster`` makes, and without it the system's CAs refuse the peer."""
+``gateway.loops.membership.build_cluster`` makes, and without it the system's CAs refuse the peer."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trustme
 
-from gateway.cluster import build_cluster
+from gateway.loops.membership import build_cluster
 from gateway.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cachetier.conditions import Conditions
+from cachetier.lake.conditions import Conditions
 from cachetier.errors import InvalidRange, NotModified, PreconditionFailed
-from cachetier.ranges import ByteRange
+from cachetier.lake.ranges import ByteRange
 
 
 @pytest.mark.parametrize(

@@ -19,13 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cachetier.blocks import BlockId
-from cachetier.blockstore import MemoryBlockStore
+from cachetier.blocks.ids import BlockId
+from cachetier.blocks.store import MemoryBlockStore
 from cachetier.cachedlake import CachedLake
-from cachetier.cachestats import CacheStats
-from cachetier.conditions import Conditions
+from cachetier.telemetry.counters import CacheStats
+from cachetier.lake.conditions import Conditions
 from cachetier.context import RequestContext, current
-from cachetier.dirlake import DirLake
+from cachetier.lake.dirlake import DirLake
 from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
 from cachetier.lake import (
     Body,
@@ -35,8 +35,8 @@ from cachetier.lake import (
     ObjectStream,
     WriteResult,
 )
-from cachetier.ranges import ByteRange
-from cachetier.readpath import ObjectChanged, ReadPath
+from cachetier.lake.ranges import ByteRange
+from cachetier.read.path import ObjectChanged, ReadPath
 
 T = TypeVar("T")
 BS = 1024  # block size

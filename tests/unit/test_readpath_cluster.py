@@ -28,18 +28,18 @@ from test_readpath import (
     until,
 )
 
-from cachetier.blocks import BlockId, block_count
-from cachetier.blockstore import MemoryBlockStore
-from cachetier.cachestats import CacheStats
-from cachetier.cluster import Cluster
-from cachetier.conditions import Conditions
+from cachetier.blocks.ids import BlockId, block_count
+from cachetier.blocks.store import MemoryBlockStore
+from cachetier.telemetry.counters import CacheStats
+from cachetier.cluster.node import Cluster
+from cachetier.lake.conditions import Conditions
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
 from cachetier.lake import ObjectInfo
-from cachetier.membership import Membership
-from cachetier.peers import PeerUnavailable
-from cachetier.ranges import ByteRange
-from cachetier.readpath import ObjectChanged, ReadPath
-from cachetier.ring import Member
+from cachetier.cluster.membership import Membership
+from cachetier.cluster.peers import PeerUnavailable
+from cachetier.lake.ranges import ByteRange
+from cachetier.read.path import ObjectChanged, ReadPath
+from cachetier.cluster.ring import Member
 
 PARTITIONS = 64
 

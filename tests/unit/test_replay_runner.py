@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.replay import report
-from gateway.replay.credentials import Credentials, CredentialsError, Keys
-from gateway.replay.runner import Replay, ReplayOptions
-from gateway.replay.trace import TraceRecord, write_trace
+from tools.replay import report
+from tools.replay.credentials import Credentials, CredentialsError, Keys
+from tools.replay.runner import Replay, ReplayOptions
+from tools.replay.trace import TraceRecord, write_trace
 
 # Answers like curl --write-out would: 404 for keys named "missing*", exit 7 (could not
 # connect) for "down*", else 206 with the Range header's length or 200 with 1000 bytes

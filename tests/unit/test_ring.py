@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cachetier.ring import Member, PartitionMap, partition_of, plan
+from cachetier.cluster.ring import Member, PartitionMap, partition_of, plan
 
 
 def members(n: int, weights: Sequence[float] = ()) -> list[Member]:

@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from cachetier import errors
-from cachetier.conditions import Conditions
+from cachetier.lake.conditions import Conditions
 from cachetier.lake import CopySource, Lake, ListQuery, ObjectAttributes, UploadsQuery
-from cachetier.ranges import ByteRange
-from cachetier.s3lake import S3Lake
+from cachetier.lake.ranges import ByteRange
+from cachetier.lake.s3.client import S3Lake
 
 T = TypeVar("T")
 ACCESS_KEY = "AKIDEXAMPLE"

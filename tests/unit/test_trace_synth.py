@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.replay.synth import KiB, MiB, SynthParams, splits, synthesize
-from gateway.replay.trace import (
+from tools.replay.synth import KiB, MiB, SynthParams, splits, synthesize
+from tools.replay.trace import (
     TraceFormatError,
     TraceRecord,
     parse_trace,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cachetier.conditions import Conditions
-from cachetier.ranges import ByteRange
+from cachetier.lake.conditions import Conditions
+from cachetier.lake.ranges import ByteRange
 from gateway.s3 import xml
 from gateway.s3.errors import InvalidArgument, InvalidRequest, Unimplemented
 from gateway.s3.handlers.common import Call, attributes, check_key, copy_source, object_headers

@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 
 import psutil
 
-from cachetier.cluster import Cluster
-from cachetier.membership import Membership, parse_peers
-from cachetier.peers import PeerClient
-from cachetier.ring import Member
+from cachetier.cluster.node import Cluster
+from cachetier.cluster.membership import Membership, parse_peers
+from cachetier.cluster.peers import PeerClient
+from cachetier.cluster.ring import Member
 from gateway.settings import Settings
 
 log = logging.getLogger("lakegate.cluster")

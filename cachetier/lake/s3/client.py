@@ -1,7 +1,7 @@
 """``S3Lake``: the :class:`~cachetier.lake.Lake` over any S3 endpoint (Ceph RGW, MinIO, AWS).
 
 Requests are path-style (``/bucket/key``), signed with botocore's SigV4 signer, built as httpx
-requests and sent straight to a pooled transport (HTTP/1.1): ``cachetier.lakehttp``'s lean one
+requests and sent straight to a pooled transport (HTTP/1.1): ``cachetier.net.transport``'s lean one
 by default. No httpx client sits in between: its per-request cookie, auth and redirect handling
 cost ~0.3 ms of CPU per lake request (profiled) and a lake needs none of them. Bodies stream both ways: uploads go out with
 ``UNSIGNED-PAYLOAD`` and an explicit Content-Length, downloads are handed over as they arrive.
@@ -32,8 +32,9 @@ from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
 
-from cachetier import errors, s3xml
-from cachetier.conditions import Conditions
+from cachetier import errors
+from cachetier.lake.s3 import xml as s3xml
+from cachetier.lake.conditions import Conditions
 from cachetier.errors import (
     IncompleteBody,
     InvalidArgument,
@@ -47,7 +48,7 @@ from cachetier.errors import (
     SlowDown,
     from_lake,
 )
-from cachetier.lakehttp import LakeTransport
+from cachetier.net.transport import LakeTransport
 from cachetier.lake import (
     STORED_HEADERS,
     Body,
@@ -64,7 +65,7 @@ from cachetier.lake import (
     UploadsQuery,
     WriteResult,
 )
-from cachetier.ranges import ByteRange
+from cachetier.lake.ranges import ByteRange
 
 _USER_AGENT = b"lakegate"
 

@@ -29,9 +29,9 @@ from urllib.parse import urlencode
 import httpx
 
 from cachetier.errors import PreconditionFailed
-from cachetier.lakehttp import LakeTransport
+from cachetier.net.transport import LakeTransport
 from cachetier.lake import ObjectInfo
-from cachetier.ring import Member
+from cachetier.cluster.ring import Member
 
 PREFIX = "/_lakegate/v1/"
 MAX_SKEW = 60.0

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from cachetier.conditions import Conditions
-from cachetier.ranges import ByteRange
+from cachetier.lake.conditions import Conditions
+from cachetier.lake.ranges import ByteRange
 
 Body = AsyncIterator[bytes]
 

@@ -3,12 +3,12 @@
 Every node sends a heartbeat to every peer about once a second and answers theirs; hearing
 from a node, either way, proves it alive. A node not heard from for ``failure_timeout``
 seconds has failed and leaves the ring; when it is heard from again it rejoins. Each change
-of the live set plans a new ring (``cachetier.ring.plan``), the same on every node that sees
+of the live set plans a new ring (``cachetier.cluster.ring.plan``), the same on every node that sees
 the same members.
 
 This is the state and the failure detector only, with the clock passed in: the loop that
-sends heartbeats over HTTP lives in ``cachetier.peers`` (``PeerClient``) and
-``gateway.cluster``.
+sends heartbeats over HTTP lives in ``cachetier.cluster.peers`` (``PeerClient``) and
+``gateway.loops.membership``.
 
 Seeds are URLs, with or without a node id (``id=url``, or addresses from DNS): a node's id is
 learned from its heartbeat, so a Kubernetes headless service's A records are enough. A
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cachetier.ring import Member, PartitionMap, plan
+from cachetier.cluster.ring import Member, PartitionMap, plan
 
 
 @dataclass

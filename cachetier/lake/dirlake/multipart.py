@@ -15,13 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cachetier.dirlake.files import (
+from cachetier.lake.dirlake.files import (
     MAX_PUT_SIZE, _discard, _fsync_dir, _parse_content_md5, _read_json, _Staged, _Staging,
 )  # fmt: skip
-from cachetier.dirlake.index import (
+from cachetier.lake.dirlake.index import (
     DEFAULT_CONTENT_TYPE, _BucketIndex, _Record, _utc, _without_checksums, check_key,
 )  # fmt: skip
-from cachetier.dirlake.listing import list_uploads_page
+from cachetier.lake.dirlake.listing import list_uploads_page
 from cachetier.errors import (
     EntityTooLarge,
     EntityTooSmall,

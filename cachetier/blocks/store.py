@@ -19,7 +19,7 @@ Contract, for every implementation:
   corrupt ones included), ``puts``, ``evictions``, ``corrupt``.
 
 One process owns a ``DiskBlockStore``'s directory. The store keeps its SQLite index in memory
-too (``cachetier.blockindex``), loaded at open and kept in step by its own writes, so that reads
+too (``cachetier.blocks.index``), loaded at open and kept in step by its own writes, so that reads
 need no SQL; a second process (or a second store in this one) on the same directory would serve
 neither the other's new blocks nor notice its evictions (those read as misses: never wrong
 bytes, but the two would fight over capacity). Run one gateway process per cache directory.
@@ -41,8 +41,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import diskcache  # type: ignore[import-untyped]
 
-from cachetier.blockindex import BlockIndex, Row, checksum_tag, read_file
-from cachetier.blocks import BlockId
+from cachetier.blocks.index import BlockIndex, Row, checksum_tag, read_file
+from cachetier.blocks.ids import BlockId
 
 log = logging.getLogger("lakegate.blockstore")
 
@@ -107,7 +107,7 @@ class _Statistics:
 
 class DiskBlockStore(_Statistics):
     """Blocks as files in ``directory``, indexed by diskcache's SQLite database and, for reads,
-    by an in-memory copy of it (``cachetier.blockindex``).
+    by an in-memory copy of it (``cachetier.blocks.index``).
 
     ``capacity_bytes`` bounds what the directory holds: block files, the database and its WAL
     (see ``SIDE_FILES_RESERVE``). While a put runs the directory may exceed it by that block.

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gateway.replay.trace import TraceRecord, reuse_fraction
+from tools.replay.trace import TraceRecord, reuse_fraction
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -1,4 +1,4 @@
-"""The disk store's in-memory index (see ``cachetier.blockstore``): which blocks the store holds,
+"""The disk store's in-memory index (see ``cachetier.blocks.store``): which blocks the store holds,
 where their files are and what their checksums are, plus the reads not yet written to SQLite.
 
 diskcache's SQLite database stays the record: the index is loaded from it at open (one SELECT),

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.replay.runner import Outcome, Progress
+from tools.replay.runner import Outcome, Progress
 
 MiB = 1024 * 1024
 _PERCENTILES = (50, 90, 99)

@@ -1,5 +1,5 @@
 """A block on its way from the lake (or a peer), readable by any number of readers as its bytes
-arrive: the single flight of ``cachetier.readpath``."""
+arrive: the single flight of ``cachetier.read.path``."""
 
 from __future__ import annotations
 

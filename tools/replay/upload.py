@@ -15,8 +15,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gateway.replay.credentials import Credentials, s3_client
-from gateway.replay.synth import DataObject
+from tools.replay.credentials import Credentials, s3_client
+from tools.replay.synth import DataObject
 
 UPLOAD_THREADS = 8
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.replay.credentials import Credentials, s3_client
-from gateway.replay.trace import TraceRecord
+from tools.replay.credentials import Credentials, s3_client
+from tools.replay.trace import TraceRecord
 
 # what curl prints after each transfer (-w): status, body bytes, total and first-byte seconds
 _CURL_WRITE_OUT = "%{http_code} %{size_download} %{time_total} %{time_starttransfer}"

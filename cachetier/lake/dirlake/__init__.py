@@ -55,16 +55,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from cachetier.conditions import Conditions
-from cachetier.dirlake.files import (
+from cachetier.lake.conditions import Conditions
+from cachetier.lake.dirlake.files import (
     CHUNK, MAX_PUT_SIZE, _discard, _FileBody, _fsync_dir, _parse_content_md5, _read_json,
 )  # fmt: skip
-from cachetier.dirlake.index import (
+from cachetier.lake.dirlake.index import (
     _BUCKET_META, DEFAULT_CONTENT_TYPE, MAX_KEY_BYTES, _BucketIndex, _checksums, _delete, _get, _lower_keys,
     _put, _Record, _scan, _utc, _without_checksums, check_key, valid_bucket_name,
 )  # fmt: skip
-from cachetier.dirlake.listing import list_objects_page
-from cachetier.dirlake.multipart import MAX_LISTED_PARTS, MAX_PART_NUMBER, MIN_PART_SIZE, _MultipartUploads
+from cachetier.lake.dirlake.listing import list_objects_page
+from cachetier.lake.dirlake.multipart import MAX_LISTED_PARTS, MAX_PART_NUMBER, MIN_PART_SIZE, _MultipartUploads
 from cachetier.errors import (
     BucketNotEmpty, EntityTooLarge, InvalidBucketName, InvalidRequest, NoSuchBucket, NoSuchKey,
     S3Error,
@@ -73,9 +73,9 @@ from cachetier.lake import (
     Body, BucketInfo, CopySource, DeleteOutcome, ListEntry, ListPage, ListQuery, ObjectAttributes, ObjectInfo,
     ObjectStream, WriteResult,
 )  # fmt: skip
-from cachetier.ranges import ByteRange
+from cachetier.lake.ranges import ByteRange
 
-# The public names of cachetier.dirlake from when it was one module, still importable from here.
+# The public names of cachetier.lake.dirlake from when it was one module, still importable from here.
 __all__ = [
     "CHUNK", "DEFAULT_CONTENT_TYPE", "MAX_KEY_BYTES", "MAX_LISTED_PARTS", "MAX_PART_NUMBER", "MAX_PUT_SIZE",
     "MIN_PART_SIZE", "SELF_COPY_MESSAGE", "DirLake", "check_key", "valid_bucket_name",

@@ -26,19 +26,19 @@ import logging
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 
-from cachetier.blockfetch import BlockFetch, ObjectChanged
-from cachetier.blocks import BlockId, block_bounds, block_count, block_span
-from cachetier.blockstore import BlockStore
-from cachetier.cachestats import CacheStats
-from cachetier.cluster import Cluster
-from cachetier.conditions import Conditions
+from cachetier.read.fetch import BlockFetch, ObjectChanged
+from cachetier.blocks.ids import BlockId, block_bounds, block_count, block_span
+from cachetier.blocks.store import BlockStore
+from cachetier.telemetry.counters import CacheStats
+from cachetier.cluster.node import Cluster
+from cachetier.lake.conditions import Conditions
 from cachetier.context import RequestContext, current
 from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
 from cachetier.lake import Lake, ObjectInfo, ObjectStream
-from cachetier.metacache import MetadataCache
-from cachetier.peers import PeerUnavailable
-from cachetier.ranges import ByteRange
-from cachetier.ring import Member
+from cachetier.read.metadata import MetadataCache
+from cachetier.cluster.peers import PeerUnavailable
+from cachetier.lake.ranges import ByteRange
+from cachetier.cluster.ring import Member
 
 log = logging.getLogger("lakegate.readpath")
 

@@ -17,12 +17,12 @@ from typing import Any, NoReturn
 
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
-from gateway.replay import report
-from gateway.replay.credentials import Credentials, CredentialsError
-from gateway.replay.runner import Progress, Replay, ReplayOptions
-from gateway.replay.synth import DataObject, SynthParams, synthesize
-from gateway.replay.trace import TraceFormatError, read_trace, write_trace
-from gateway.replay.upload import UploadError, upload
+from tools.replay import report
+from tools.replay.credentials import Credentials, CredentialsError
+from tools.replay.runner import Progress, Replay, ReplayOptions
+from tools.replay.synth import DataObject, SynthParams, synthesize
+from tools.replay.trace import TraceFormatError, read_trace, write_trace
+from tools.replay.upload import UploadError, upload
 
 _DEFAULTS = SynthParams()
 _SIZE_FLAGS = ("size_median", "size_min", "size_max", "split_size")

@@ -1,13 +1,13 @@
 """A node's view of the cluster (D3N's L2 across cache nodes): membership, the peer client,
 and what the read and write paths ask of the others.
 
-- ``owners`` / ``suspect``: where a block's L2 copy lives (``cachetier.membership``).
-- ``fetch_block``: one block from a peer owner, as it arrives (``cachetier.peers``).
+- ``owners`` / ``suspect``: where a block's L2 copy lives (``cachetier.cluster.membership``).
+- ``fetch_block``: one block from a peer owner, as it arrives (``cachetier.cluster.peers``).
 - ``broadcast_invalidate``: a write on this node reaches every live peer before the write is
   acknowledged, so no node serves the old version after the client saw the new one. A peer
   that does not answer in time is logged and counted; it re-validates by TTL.
 - ``heartbeat_round``: one round of heartbeats to every seed and known peer; the loop that
-  calls it every ``heartbeat_interval`` lives in ``gateway.cluster``.
+  calls it every ``heartbeat_interval`` lives in ``gateway.loops.membership``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlsplit
 
 from cachetier.lake import ObjectInfo
-from cachetier.membership import Membership
-from cachetier.peers import PeerClient, PeerUnavailable
-from cachetier.ring import Member
+from cachetier.cluster.membership import Membership
+from cachetier.cluster.peers import PeerClient, PeerUnavailable
+from cachetier.cluster.ring import Member
 
 log = logging.getLogger("lakegate.cluster")
 
