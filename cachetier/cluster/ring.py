@@ -1,13 +1,12 @@
 """The partition ring (D3N's L2 placement): which node owns which blocks.
 
 Blocks hash to a fixed number of partitions; partitions map to nodes. Two steps, kept apart
-so that a placement policy can replace the second:
+as Swift keeps its ring builder and its ring:
 
 - **lookup** (``PartitionMap.owners``): a block -> its partition -> the partition's owners,
-  primary first. A table lookup, no hashing of nodes.
-- **planning** (``plan``): live members and their weights -> a table of R owners per
-  partition, from a consistent-hash ring (uhashring): when a node joins or leaves,
-  only the partitions it gains or loses move.
+  primary first. A table lookup, no hashing of nodes. This module.
+- **planning** (``policies.placement``): live members and their weights -> a table of R owner
+  ids per partition; ``plan`` here applies that table to the members.
 
 A block's partition comes from (bucket, key, block index), not from its ETag: every version of
 a block lives on the same owner, so a node can ask that owner for a block whose current ETag it
@@ -22,10 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from uhashring import HashRing  # type: ignore[import-untyped]
+from policies import placement
 
 _PERSON = b"lakegate.part.1"
-_POINTS = 160  # ring points per unit of weight (uhashring's default per node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +79,10 @@ class PartitionMap:
 
     def with_table(self, table: Iterable[Iterable[str]]) -> PartitionMap:
         """The same members with another assignment (a placement policy's decision)."""
-        table = tuple(tuple(owners) for owners in table)
-        if len(table) != len(self.table):
-            raise ValueError(f"a table for {len(self.table)} partitions has {len(table)} rows")
-        return PartitionMap(self.members, table)
+        rows = tuple(tuple(owners) for owners in table)
+        if len(rows) != len(self.table):
+            raise ValueError(f"a table for {len(self.table)} partitions has {len(rows)} rows")
+        return PartitionMap(self.members, rows)
 
     def share(self) -> dict[str, int]:
         """How many partitions each member is primary for."""
@@ -95,18 +93,8 @@ class PartitionMap:
 
 
 def plan(members: Iterable[Member], partitions: int, replicas: int = 1) -> PartitionMap:
-    """Owners for every partition from a consistent-hash ring of ``members`` by weight:
-    ``min(replicas, len(members))`` distinct nodes each."""
+    """The map of ``members`` with the table placement plans for them:
+    ``min(replicas, len(members))`` distinct nodes per partition."""
     by_id = {m.id: m for m in members}
-    if not by_id:
-        raise ValueError("a ring needs at least one member")
-    if partitions < 1 or replicas < 1:
-        raise ValueError("partitions and replicas must be >= 1")
-    # uhashring weights are whole numbers: a weight becomes points on the ring instead
-    ring = HashRing(nodes={m.id: {"vnodes": max(1, round(_POINTS * m.weight))} for m in by_id.values()})
-    count = min(replicas, len(by_id))
-    table = []
-    for partition in range(partitions):
-        owners = tuple(node["nodename"] for node in ring.range(f"partition-{partition}", size=count, unique=True))
-        table.append(owners)
-    return PartitionMap(by_id, tuple(table))
+    table = placement.plan((placement.Candidate(m.id, m.weight) for m in by_id.values()), partitions, replicas)
+    return PartitionMap(by_id, table)
