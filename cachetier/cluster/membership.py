@@ -3,8 +3,8 @@
 Every node sends a heartbeat to every peer about once a second and answers theirs; hearing
 from a node, either way, proves it alive. A node not heard from for ``failure_timeout``
 seconds has failed and leaves the ring; when it is heard from again it rejoins. Each change
-of the live set plans a new ring (``cachetier.cluster.ring.plan``), the same on every node that sees
-the same members.
+of the live set plans a new ring (``cachetier.cluster.ring.plan``, over ``policies.placement``),
+the same on every node that sees the same members.
 
 This is the state and the failure detector only, with the clock passed in: the loop that
 sends heartbeats over HTTP lives in ``cachetier.cluster.peers`` (``PeerClient``) and
@@ -14,7 +14,8 @@ Seeds are URLs, with or without a node id (``id=url``, or addresses from DNS): a
 learned from its heartbeat, so a Kubernetes headless service's A records are enough. A
 request to a peer that fails marks it *suspect* for a short while: lookups skip it (the
 caller tries the next owner or the lake) without changing the ring, which only heartbeats
-decide.
+decide. Which owners a lookup returns is ``policies.selection``'s decision, from each peer's
+health as this node last saw it.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cachetier.cluster.ring import Member, PartitionMap, plan
+from policies import selection
 
 
 @dataclass
 class _Peer:
     member: Member
     last_heard: float
-    suspect_until: float = 0.0
     load: dict[str, float] | None = None
 
 
@@ -51,6 +52,7 @@ class Membership:
         self.suspect_for = suspect_for
         self.clock = clock
         self._peers: dict[str, _Peer] = {}
+        self._health: dict[str, selection.PeerHealth] = {}  # peers not here are healthy
         self._live: frozenset[str] = frozenset()
         self.ring: PartitionMap = plan([me], partitions, replicas)
         self.generation = 1  # rings planned so far (a counter for metrics)
@@ -67,8 +69,9 @@ class Membership:
         if peer is None:
             self._peers[member.id] = _Peer(member, now, load=load)
         else:
-            peer.member, peer.last_heard, peer.suspect_until = member, now, 0.0
+            peer.member, peer.last_heard = member, now
             peer.load = load if load is not None else peer.load
+        self._health.pop(member.id, None)
         return self._replan()
 
     def tick(self) -> bool:
@@ -78,19 +81,18 @@ class Membership:
     def suspect(self, node_id: str) -> None:
         """A request to ``node_id`` failed: skip it in lookups until it is heard from again
         (at most ``suspect_for`` seconds)."""
-        peer = self._peers.get(node_id)
-        if peer is not None:
-            peer.suspect_until = self.clock() + self.suspect_for
+        if node_id in self._peers:
+            self._health[node_id] = selection.suspected(self.clock(), self.suspect_for)
 
     # ---- what the read path asks ------------------------------------------------------------
 
     def owners(self, bucket: str, key: str, index: int) -> tuple[Member, ...]:
         """The block's owners by the current ring, primary first, less suspects."""
         owners = self.ring.owners(bucket, key, index)
-        if len(owners) == 1 and owners[0].id == self.me.id:
-            return owners
-        now = self.clock()
-        return tuple(m for m in owners if m.id == self.me.id or self._peers[m.id].suspect_until <= now)
+        if not self._health or (len(owners) == 1 and owners[0].id == self.me.id):
+            return owners  # no suspects: no clock read, no copy
+        usable = selection.usable([m.id for m in owners], self._health, self.clock(), me=self.me.id)
+        return tuple(m for m in owners if m.id in usable)
 
     def live(self) -> list[Member]:
         """Live members, this node included, by id."""
@@ -116,7 +118,7 @@ class Membership:
                     "url": p.member.url,
                     "alive": p.member.id in self._live,
                     "heard_ago_s": round(now - p.last_heard, 3),
-                    "suspect": p.suspect_until > now,
+                    "suspect": self._health.get(p.member.id, selection.HEALTHY).suspect_until > now,
                     "load": p.load,
                 }
                 for p in self._peers.values()
