@@ -36,6 +36,7 @@ from cachetier.lake import (
 )
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.path import ReadPath
+from policies import admission
 
 
 class CachedLake:
@@ -46,8 +47,7 @@ class CachedLake:
         self.lake = lake
         self.reads = reads
         self.cluster = cluster
-        self.cache_on_write = cache_on_write
-        self.cache_on_write_max = cache_on_write_max
+        self.limits = admission.SizeLimits(reads.limits.max_read, cache_on_write_max, cache_on_write)
 
     # ---- reads through the cache -----------------------------------------------------------
 
@@ -65,7 +65,7 @@ class CachedLake:
         self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes, content_md5: str | None = None
     ) -> WriteResult:
         self.reads.invalidate(bucket, key)
-        keep = self.cache_on_write and 0 < length <= self.cache_on_write_max and not current.get().no_cache
+        keep = admission.admits_write(self.limits, length, no_cache=current.get().no_cache)
         kept: list[bytes] = []
         try:
             result = await self.lake.put_object(

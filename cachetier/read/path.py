@@ -39,6 +39,7 @@ from cachetier.read.metadata import MetadataCache
 from cachetier.cluster.peers import PeerUnavailable
 from cachetier.lake.ranges import ByteRange
 from cachetier.cluster.ring import Member
+from policies import admission, readahead, selection, tiering
 
 log = logging.getLogger("lakegate.readpath")
 
@@ -78,7 +79,7 @@ class ReadPath:
         self.stats = stats
         self.block_size = block_size
         self.readahead = readahead
-        self.max_cached_object = max_cached_object
+        self.limits = admission.SizeLimits(max_read=max_cached_object)  # the read side only
         self.meta = MetadataCache(meta_ttl, clock)
         self._fetches: dict[BlockId, BlockFetch] = {}
         self._fetching: Counter[tuple[str, str]] = Counter()  # keys with blocks in _fetches
@@ -141,7 +142,7 @@ class ReadPath:
         except InvalidRange:
             return None
         info = stream.info
-        if info.size > self.max_cached_object:  # will bypass the cache: the metadata is all we need
+        if not admission.admits_read(self.limits, info.size):  # will bypass: the metadata is all we need
             await stream.aclose()
             return info
         if not lo < info.size or stream.content_range != block_bounds(index, info.size, self.block_size):
@@ -204,7 +205,7 @@ class ReadPath:
                 # A HEAD's 404 has no body: it cannot tell a missing key from a missing bucket.
                 # A plain GET answers with the lake's own error (or the object, if it just came).
                 return await self._bypass(bucket, key, rng, conditions, ctx)
-            if info.size > self.max_cached_object:
+            if not admission.admits_read(self.limits, info.size):
                 return await self._bypass(bucket, key, rng, conditions, ctx)
             conditions.check(info.etag, info.last_modified)
             content_range = rng.resolve(info.size) if rng is not None else None
@@ -236,15 +237,15 @@ class ReadPath:
 
     async def _stream(self, info: ObjectInfo, start: int, end: int, ctx: RequestContext) -> AsyncIterator[bytes]:
         span = block_span(start, end, self.block_size)
-        ahead_limit = self._sequential_limit(info, start, end, span)
+        ahead_limit = self._sequential_limit(info, start, end)
         for index in span:
-            ahead = (index + 1, min(index + self.readahead, ahead_limit))
+            ahead = readahead.window(index, ahead_limit, self.readahead)
             lo, hi = block_bounds(index, info.size, self.block_size)
             a, b = max(start, lo) - lo, min(end, hi) - lo + 1
             bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
             data, tier = await self._local(bid, hi - lo + 1)
             if data is not None:
-                self._prefetch(info, *ahead, ctx)
+                self._prefetch(info, ahead, ctx)
                 self.stats.add(ctx.tenant, "hits" if tier == "l1" else "l2_hits")
                 self.stats.add(ctx.tenant, f"bytes_from_{tier}", b - a)
                 yield data[a:b] if (a, b) != (0, len(data)) else data
@@ -265,22 +266,21 @@ class ReadPath:
                 break
             # read-ahead once this block's first bytes are out: signing and sending the next
             # GETs on the event loop would otherwise delay them (time to first byte)
-            self._prefetch(info, *ahead, ctx)
+            self._prefetch(info, ahead, ctx)
             async for piece in pieces:
                 self.stats.add(ctx.tenant, "bytes_from_lake", len(piece))
                 yield piece
 
-    def _sequential_limit(self, info: ObjectInfo, start: int, end: int, span: range) -> int:
-        """The last block index read-ahead may reach: the range's own last block, or N blocks
-        past it when this request starts exactly where the previous one on the object ended."""
+    def _sequential_limit(self, info: ObjectInfo, start: int, end: int) -> int:
+        """The last block index read-ahead may reach (``policies.readahead``), from where the
+        previous request on the object ended, which this remembers."""
         tag = (info.bucket, info.key, info.etag)
         expected = self._next_offset.pop(tag, None)
         self._next_offset[tag] = end + 1
         if len(self._next_offset) > 10_000:
             self._next_offset.popitem(last=False)
-        if expected == start:
-            return min(span[-1] + self.readahead, (info.size - 1) // self.block_size)
-        return span[-1]
+        request = readahead.Request(start, end, info.size, self.block_size, expected)
+        return readahead.limit(request, self.readahead)
 
     async def _local(self, bid: BlockId, length: int) -> tuple[bytes | None, str]:
         """The block from this node's L1, else its L2, and which tier had it."""
@@ -292,8 +292,8 @@ class ReadPath:
                 return data, tier
         return None, ""
 
-    def _prefetch(self, info: ObjectInfo, first: int, last: int, ctx: RequestContext) -> None:
-        for index in range(first, last + 1):
+    def _prefetch(self, info: ObjectInfo, indexes: range, ctx: RequestContext) -> None:
+        for index in indexes:
             bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
             if bid not in self._fetches:
                 self._spawn(self._prefetch_one(info, index, bid, ctx))
@@ -367,23 +367,29 @@ class ReadPath:
         self, info: ObjectInfo, index: int, fetch: BlockFetch, ctx: RequestContext,
         opened: ObjectStream | None, for_peer: bool,
     ) -> tuple[bytes, BlockStore]:
-        """The block's bytes, fed into ``fetch`` as they arrive, and the store to keep them in:
-        from the block's owner when that is another node (kept in L1), else from the lake
-        (kept in L2 when this node owns the block in a cluster, else in L1)."""
-        owned_here = self.l2 if self.l2 is not None else self.store
+        """The block's bytes, fed into ``fetch`` as they arrive, and the store to keep them in
+        (``policies.tiering``): from the sources ``policies.selection`` plans, the block's
+        owners that are other nodes, then the lake."""
         if opened is not None or for_peer or self.cluster is None:
-            return await self._from_lake(info, index, fetch, ctx, opened), owned_here
-        for member in self.cluster.owners(info.bucket, info.key, index):
-            if member.id == self.cluster.me.id:
-                return await self._from_lake(info, index, fetch, ctx, None), owned_here
+            return await self._from_lake(info, index, fetch, ctx, opened), self._keeper(owned_here=True)
+        owners = {m.id: m for m in self.cluster.owners(info.bucket, info.key, index)}
+        for source in selection.sources(list(owners), self.cluster.me.id):
+            if isinstance(source, selection.FromLake):
+                return await self._from_lake(info, index, fetch, ctx, None), self._keeper(source.owned_here)
+            member = owners[source.node_id]
             try:
-                return await self._from_peer(member, info, index, fetch, ctx), self.store
+                return await self._from_peer(member, info, index, fetch, ctx), self._keeper(owned_here=False)
             except PeerUnavailable as exc:
                 log.info("block %s of %s/%s: owner %s failed (%s)", index, info.bucket, info.key, member.id, exc)
                 self.cluster.suspect(member)
-                if fetch.size:
-                    break  # some bytes came: the rest from the lake
-        return await self._from_lake(info, index, fetch, ctx, None), self.store
+                if fetch.size:  # some bytes came: the rest from the lake
+                    rest = selection.after_partial_failure()
+                    return await self._from_lake(info, index, fetch, ctx, None), self._keeper(rest.owned_here)
+        raise AssertionError("unreachable: a plan ends with the lake")
+
+    def _keeper(self, owned_here: bool) -> BlockStore:
+        tier = tiering.keeper(owned_here=owned_here, has_l2=self.l2 is not None)
+        return self.l2 if tier is tiering.Tier.L2 and self.l2 is not None else self.store
 
     async def _from_peer(
         self, member: Member, info: ObjectInfo, index: int, fetch: BlockFetch, ctx: RequestContext
