@@ -66,13 +66,14 @@ from cachetier.lake import (
     WriteResult,
 )
 from cachetier.lake.ranges import ByteRange
+from policies import retry
 
 _USER_AGENT = b"lakegate"
 
 _DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 # Statuses of a failing lake: retried when the request may be repeated, then 503.
-_UNAVAILABLE = frozenset({500, 502, 503, 504})
+_UNAVAILABLE = retry.UNAVAILABLE
 # Errors raised before a single byte of the request left: always safe to retry.
 _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 # The code S3 means by a status it answers without a body (HEAD, some proxies); the other
@@ -92,7 +93,7 @@ T = TypeVar("T")
 class S3Lake:
     """A Lake on an S3 endpoint; see :mod:`cachetier.lake` for the contract it keeps."""
 
-    # First retry delay in seconds, doubled per attempt and jittered by 0.5-1.5x.
+    # First retry delay in seconds, doubled per attempt and jittered (policies.retry).
     retry_base_delay = 0.1
 
     def __init__(
@@ -384,11 +385,13 @@ class S3Lake:
             content = b""
         upload = _Upload(content, length or 0) if content is not None and not isinstance(content, bytes) else None
         retryable = method in _IDEMPOTENT_METHODS if idempotent is None else idempotent
-        for attempt in range(self._retries + 1):
+        backoff = retry.Backoff(self._retries, self.retry_base_delay)
+        for number in range(self._retries + 1):
             request = self._signed(method, bucket, key, query or {}, dict(headers or {}), upload or content, length)
             try:
                 response = await self._send(request)
-                if not (retryable and response.status_code in _UNAVAILABLE and attempt < self._retries):
+                wait = retry.delay(backoff, retry.Attempt(number, response.status_code, retryable), random.random())
+                if wait is None:
                     if response.status_code >= 300:
                         raise await _lake_error(response, method, not_found)
                     if not stream:
@@ -399,9 +402,10 @@ class S3Lake:
                 if upload is not None and upload.error is not None:
                     raise  # the caller's body failed: its exception, unchanged
                 unsent = isinstance(exc, _NEVER_SENT) and (upload is None or not upload.started)
-                if attempt >= self._retries or not (retryable or unsent):
+                wait = retry.delay(backoff, retry.Attempt(number, None, retryable, unsent), random.random())
+                if wait is None:
                     raise ServiceUnavailable(f"The lake is unreachable ({type(exc).__name__}).") from exc
-            await asyncio.sleep(self.retry_base_delay * 2**attempt * random.uniform(0.5, 1.5))
+            await asyncio.sleep(wait)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
