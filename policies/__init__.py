@@ -1,5 +1,17 @@
 """Pure decisions: no sockets, no files, no clock.
 
 Each policy takes ``now`` and snapshots as arguments and returns a decision, so it can be
-unit-tested without a server. Imports neither ``gateway`` nor ``cachetier``.
+unit-tested without a server. Imports neither ``gateway`` nor ``cachetier``
+(tests/unit/test_policies_purity.py checks it). Each module defines its own snapshot and
+decision types:
+
+- ``placement``: nodes and weights -> R owner ids per partition (the ring's planning; the
+  ring in ``cachetier.cluster.ring`` applies the table and looks blocks up).
+- ``selection``: which of a block's owners to ask, less suspect peers (per-peer health, now),
+  and the fetch plan for a missed block (peer owners, then the lake).
+- ``tiering``: which tier (L1 or L2) keeps a fetched block.
+- ``readahead``: the blocks fetched ahead of a reader, past its range when it is sequential.
+- ``admission``: which objects the cache takes in by size (reads, write-through PUTs).
+- ``retry``: whether a lake request is sent again and after how long (jittered backoff; the
+  caller draws the random number and sleeps).
 """
