@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -21,7 +22,8 @@ from cachetier.cluster.node import Cluster
 from cachetier.errors import PreconditionFailed
 from cachetier.lake import ObjectInfo
 from cachetier.cluster.membership import Membership
-from cachetier.cluster.peers import PREFIX, PeerClient, sign
+from cachetier.cluster.client import PeerClient
+from cachetier.cluster.wire import PREFIX, sign
 from cachetier.cluster.ring import Member
 from gateway.peerapi import PeerAPI
 
@@ -46,7 +48,7 @@ async def call(
     """One request to ``app``'s peer API, signed as ``sender`` with ``secret`` (None: unsigned)."""
     body = json.dumps(doc).encode() if doc is not None else b""
     path = PREFIX + name
-    signed = sign(secret, sender, method, path, query, body) if secret is not None else {}
+    signed = sign(secret, sender, method, path, query, body, now=time.time()) if secret is not None else {}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://n0:9000") as client:
         return await client.request(method, path + (f"?{query}" if query else ""), content=body,
                                     headers={**signed, **(headers or {})})
@@ -194,7 +196,7 @@ def test_a_body_that_is_not_a_json_object_is_400(lake: CountingLake) -> None:
 
     async def main() -> None:
         body = b"[1, 2]"
-        headers = sign(SECRET, "n9", "POST", PREFIX + "invalidate", "", body)
+        headers = sign(SECRET, "n9", "POST", PREFIX + "invalidate", "", body, now=time.time())
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=peer_api(node)), base_url="http://n0") as c:
             assert (await c.post(PREFIX + "invalidate", content=body, headers=headers)).status_code == 400
 
@@ -286,10 +288,8 @@ def test_the_peer_client_fetches_blocks_of_any_key(lake: CountingLake, key: str)
 @contextlib.asynccontextmanager
 async def peer_client(node: Node, sender: Member = SENDER) -> AsyncIterator[PeerClient]:
     """A PeerClient (as ``sender``) whose HTTP goes to ``node``'s peer API in-process."""
-    client = PeerClient(sender, SECRET, timeout=5.0)
-    await client.client.aclose()
     app = Hosts({urlsplit(node.member.url).netloc: peer_api(node)})
-    client.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    client = PeerClient(sender, SECRET, timeout=5.0, clock=time.time, transport=httpx.ASGITransport(app=app))
     try:
         yield client
     finally:

@@ -36,7 +36,7 @@ from cachetier.lake.conditions import Conditions
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
 from cachetier.lake import ObjectInfo
 from cachetier.cluster.membership import Membership
-from cachetier.cluster.peers import PeerUnavailable
+from cachetier.cluster.client import PeerUnavailable
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.path import ObjectChanged, ReadPath
 from cachetier.cluster.ring import Member
