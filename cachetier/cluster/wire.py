@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Self
@@ -96,10 +97,12 @@ def verify(
         skew = abs(now - float(stamp))
     except ValueError:
         raise PeerAuthError("bad peer time") from None
+    if math.isnan(skew):  # a stamp of "nan" would pass any window
+        raise PeerAuthError("bad peer time")
     expected = signature(secret, method, path, query, _digest(body), node, stamp)
     if not hmac.compare_digest(expected, given):
         raise PeerAuthError("peer signature does not match")
-    if skew > MAX_SKEW:  # also NaN-safe: a stamp of "nan" never matches a signature we made
+    if skew > MAX_SKEW:
         raise PeerAuthError("peer request time too far from ours")
     return node
 
