@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from cachetier.cluster import wire
 from cachetier.cluster.node import Cluster
@@ -23,6 +23,10 @@ from cachetier.cluster.owner import LocalReads, Owner, ServedBlock, WrongBlockSi
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
 
 log = logging.getLogger("lakegate.peer")
+M = TypeVar("M")
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _MAX_BODY = 1 << 20  # heartbeats and invalidations are small; a block request has no body
 
@@ -61,14 +65,14 @@ Answer = JsonAnswer | ServedBlock
 
 
 @dataclass(frozen=True)
-class Route:
-    """How one call's message is decoded from its request, and who handles it."""
+class Route(Generic[M]):
+    """How one call's message is decoded from its request, and who handles it (with the sender's id)."""
 
-    decode: Callable[[Incoming], Any]
-    handle: Callable[[Any, str], Awaitable[Answer]]
+    decode: Callable[[Incoming], M]
+    handle: Callable[[M, str], Awaitable[Answer]]
 
 
-def routes(owner: Owner) -> dict[tuple[str, str], Route]:
+def routes(owner: Owner) -> dict[tuple[str, str], Route[Any]]:
     return {
         ("GET", wire.BLOCK): Route(lambda r: wire.BlockRequest.from_query(r.query, r.headers), owner.block),
         ("POST", wire.HEARTBEAT): Route(lambda r: wire.Heartbeat.from_json(r.body), owner.heartbeat),
@@ -86,11 +90,11 @@ class PeerAPI:
     ) -> None:
         self.secret = secret
         self.clock = clock
-        self.routes: dict[tuple[str, str], Route] = {}
+        self.routes: dict[tuple[str, str], Route[Any]] = {}
         if secret and cluster is not None and reads is not None:
             self.routes = routes(Owner(cluster, reads, load))
 
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method, path = scope["method"], scope["path"]
         try:
             incoming = await self._verified(scope, receive)
@@ -98,9 +102,6 @@ class PeerAPI:
             if route is None:
                 raise _Refused(404, f"no peer API {method} {path[len(wire.PREFIX):]}")
             answer = await route.handle(route.decode(incoming), incoming.sender)
-        except _Refused as exc:
-            await _refuse(scope, send, exc.status, exc)
-            return
         except Exception as exc:
             status = _status_of(exc)
             if status is None:
@@ -112,7 +113,7 @@ class PeerAPI:
         else:
             await _send(send, 200, answer.to_json())
 
-    async def _verified(self, scope, receive) -> Incoming:  # type: ignore[no-untyped-def]
+    async def _verified(self, scope: Scope, receive: Receive) -> Incoming:
         """The request, once its cluster HMAC checks out (else 403, before any other work)."""
         query = scope.get("query_string", b"").decode("latin-1")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
@@ -124,16 +125,18 @@ class PeerAPI:
 
 
 def _status_of(exc: Exception) -> int | None:
+    if isinstance(exc, _Refused):
+        return exc.status
     return next((_STATUS[cls] for cls in type(exc).__mro__ if cls in _STATUS), None)
 
 
-async def _refuse(scope: Mapping[str, Any], send: Any, status: int, exc: Exception) -> None:
+async def _refuse(scope: Scope, send: Send, status: int, exc: Exception) -> None:
     if status == 403:
         log.warning("peer API: refused %s %s from %s: %s", scope["method"], scope["path"], _client(scope), exc)
     await _send(send, status, json.dumps({"error": str(exc)}).encode())
 
 
-async def _stream(send: Any, block: ServedBlock) -> None:
+async def _stream(send: Send, block: ServedBlock) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": block.answer.headers()})
     try:
         async for piece in block.pieces:
@@ -143,7 +146,7 @@ async def _stream(send: Any, block: ServedBlock) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-async def _read_body(receive) -> bytes:  # type: ignore[no-untyped-def]
+async def _read_body(receive: Receive) -> bytes:
     body = bytearray()
     while True:
         message = await receive()
@@ -156,7 +159,7 @@ async def _read_body(receive) -> bytes:  # type: ignore[no-untyped-def]
             return bytes(body)
 
 
-async def _send(send: Any, status: int, body: bytes) -> None:
+async def _send(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

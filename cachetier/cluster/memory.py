@@ -7,7 +7,7 @@ lake is ``PreconditionFailed``. It does no HMAC: authentication is the peer API'
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Mapping
 from typing import NoReturn
 
 from cachetier.cluster import wire
@@ -22,7 +22,7 @@ class MemoryPeers:
     """``Peers`` as calls into ``owners`` (peer URL -> that node's Owner), as node ``me``.
     Nodes whose id is in ``down`` answer nothing."""
 
-    def __init__(self, me: Member, owners: MutableMapping[str, Owner]) -> None:
+    def __init__(self, me: Member, owners: Mapping[str, Owner]) -> None:
         self.me = me
         self.owners = owners
         self.down: set[str] = set()
