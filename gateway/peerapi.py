@@ -142,7 +142,7 @@ async def _stream(send: Send, block: ServedBlock) -> None:
         async for piece in block.pieces:
             await send({"type": "http.response.body", "body": piece, "more_body": True})
     finally:
-        await block.pieces.aclose()  # type: ignore[attr-defined]
+        await block.pieces.aclose()
     await send({"type": "http.response.body", "body": b""})
 
 

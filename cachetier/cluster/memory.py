@@ -66,7 +66,7 @@ class MemoryPeers:
         except S3Error as exc:  # over HTTP: a body cut short
             _unavailable(member.id, exc)
         finally:
-            await served.pieces.aclose()  # type: ignore[attr-defined]
+            await served.pieces.aclose()
 
     async def aclose(self) -> None:
         pass

@@ -15,7 +15,7 @@ other ``S3Error`` (503: the lake failed).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -57,7 +57,7 @@ class ServedBlock:
     a failure before them was an error answer rather than a cut body)."""
 
     answer: wire.BlockAnswer
-    pieces: AsyncIterator[bytes]
+    pieces: AsyncGenerator[bytes, None]
 
 
 class Owner:
@@ -93,7 +93,7 @@ class Owner:
         first = await anext(pieces)
         return ServedBlock(wire.BlockAnswer(message.length), self._counted(first, pieces))
 
-    async def _counted(self, first: bytes, pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async def _counted(self, first: bytes, pieces: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
         """``first`` and the rest of ``pieces``, counted as served once all were taken."""
         sent = 0
         try:

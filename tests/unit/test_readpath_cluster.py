@@ -4,7 +4,7 @@ peer client is ``LoopbackPeers``, the checked twin ``MemoryPeers`` (which calls 
 ``Owner``, as the peer API does, and fails as PeerClient does: 412 -> PreconditionFailed, any other
 error -> PeerUnavailable), told to fail a node before its first byte or after some bytes.
 
-``Node``, ``LoopbackPeers`` and ``nodes`` also serve tests/unit/test_peerapi.py.
+``Node`` and ``nodes`` also serve tests/unit/test_peerapi.py.
 """
 
 from __future__ import annotations
