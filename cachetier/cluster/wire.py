@@ -148,7 +148,7 @@ def _load(doc: Mapping[str, object]) -> dict[str, float]:
         return {}
     if not isinstance(value, dict):
         raise WireError(f"load must be an object, not {value!r}")
-    return {str(name): _number(v, f"load.{name}") for name, v in value.items()}
+    return {name: _number(v, f"load.{name}") for name, v in value.items()}
 
 
 def member_from(doc: Mapping[str, object]) -> Member:
