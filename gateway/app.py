@@ -27,7 +27,7 @@ from cachetier.telemetry.counters import CacheStats
 from cachetier.cluster.node import Cluster
 from cachetier.lake.dirlake import DirLake
 from cachetier.lake import Lake
-from cachetier.cluster.peers import PREFIX as PEER_PREFIX
+from cachetier.cluster.wire import PREFIX as PEER_PREFIX
 from cachetier.read.path import ReadPath
 from cachetier.lake.s3.client import S3Lake
 from gateway.loops.membership import build_cluster, heartbeat_loop, host_load

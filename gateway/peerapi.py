@@ -1,5 +1,7 @@
-"""The peer API under ``/_lakegate/v1/`` (see ``cachetier.cluster.peers`` for the protocol): a raw ASGI
-app, reached only through ``LakegateApp``'s routing, never through the S3 router.
+"""The peer API under ``/_lakegate/v1/`` (the protocol is ``cachetier.cluster.wire``): a raw ASGI
+app, reached only through ``LakegateApp``'s routing, never through the S3 router. It holds the
+HTTP plumbing only: a route table (method, path) -> (decode, handler) over the wire messages,
+whose handlers are ``cachetier.cluster.owner.Owner``'s.
 
 Every request must carry the cluster HMAC; anything else (no signature, a wrong one, a tenant's
 SigV4 ``Authorization``, a node without a cluster secret) is refused with 403 before any
@@ -11,22 +13,32 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from urllib.parse import parse_qs
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
-from cachetier.blocks.ids import block_count
+from cachetier.cluster import wire
 from cachetier.cluster.node import Cluster
-from cachetier.context import RequestContext, current
+from cachetier.cluster.owner import LocalReads, Owner, ServedBlock, WrongBlockSize
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
-from cachetier.lake import ObjectInfo
-from cachetier.cluster.peers import PREFIX, PeerAuthError, member_from, verify
-from cachetier.read.path import ReadPath
 
 log = logging.getLogger("lakegate.peer")
+M = TypeVar("M")
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _MAX_BODY = 1 << 20  # heartbeats and invalidations are small; a block request has no body
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# exception -> status, looked up along the exception's MRO (the most specific class wins)
+_STATUS: dict[type[BaseException], int] = {
+    wire.PeerAuthError: 403,
+    wire.WireError: 400,
+    WrongBlockSize: 409,
+    PreconditionFailed: 412,
+    NoSuchKey: 412,
+    S3Error: 503,
+}
 
 
 class _Refused(Exception):
@@ -35,113 +47,106 @@ class _Refused(Exception):
         self.status = status
 
 
+@dataclass(frozen=True)
+class Incoming:
+    """A verified peer request, before its message is decoded."""
+
+    sender: str
+    query: str
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class JsonAnswer(Protocol):
+    def to_json(self) -> bytes: ...
+
+
+Answer = JsonAnswer | ServedBlock
+
+
+@dataclass(frozen=True)
+class Route(Generic[M]):
+    """How one call's message is decoded from its request, and who handles it (with the sender's id)."""
+
+    decode: Callable[[Incoming], M]
+    handle: Callable[[M, str], Awaitable[Answer]]
+
+
+def routes(owner: Owner) -> dict[tuple[str, str], Route[Any]]:
+    return {
+        ("GET", wire.BLOCK): Route(lambda r: wire.BlockRequest.from_query(r.query, r.headers), owner.block),
+        ("POST", wire.HEARTBEAT): Route(lambda r: wire.Heartbeat.from_json(r.body), owner.heartbeat),
+        ("POST", wire.INVALIDATE): Route(lambda r: wire.Invalidate.from_json(r.body), owner.invalidate),
+    }
+
+
 class PeerAPI:
+    """The peer API of a node; without a secret, a cluster or a read path it refuses everything.
+    ``clock`` is the wall clock the requests' stamps are checked against."""
+
     def __init__(
-        self, secret: bytes, cluster: Cluster | None, reads: ReadPath | None, load: Callable[[], Mapping[str, float]],
+        self, secret: bytes, cluster: Cluster | None, reads: LocalReads | None, load: Callable[[], Mapping[str, float]],
+        *, clock: Callable[[], float] = time.time,
     ) -> None:
         self.secret = secret
-        self.cluster = cluster
-        self.reads = reads
-        self.load = load
+        self.clock = clock
+        self.routes: dict[tuple[str, str], Route[Any]] = {}
+        if secret and cluster is not None and reads is not None:
+            self.routes = routes(Owner(cluster, reads, load))
 
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method, path = scope["method"], scope["path"]
+        try:
+            incoming = await self._verified(scope, receive)
+            route = self.routes.get((method, path))
+            if route is None:
+                raise _Refused(404, f"no peer API {method} {path[len(wire.PREFIX):]}")
+            answer = await route.handle(route.decode(incoming), incoming.sender)
+        except Exception as exc:
+            status = _status_of(exc)
+            if status is None:
+                raise
+            await _refuse(scope, send, status, exc)
+            return
+        if isinstance(answer, ServedBlock):
+            await _stream(send, answer)
+        else:
+            await _send(send, 200, answer.to_json())
+
+    async def _verified(self, scope: Scope, receive: Receive) -> Incoming:
+        """The request, once its cluster HMAC checks out (else 403, before any other work)."""
         query = scope.get("query_string", b"").decode("latin-1")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            body = await _read_body(receive)
-            if not self.secret or self.cluster is None or self.reads is None:
-                raise _Refused(403, "this node is not in a cluster")
-            try:
-                node = verify(self.secret, method, path, query, headers, body, time.time())
-            except PeerAuthError as exc:
-                raise _Refused(403, str(exc)) from None
-            name = path[len(PREFIX):]
-            if (method, name) == ("GET", "block"):
-                await self._block(send, parse_qs(query, keep_blank_values=True), headers)
-                return
-            if (method, name) == ("POST", "heartbeat"):
-                await _json(send, 200, self._heartbeat(_parse_json(body)))
-                return
-            if (method, name) == ("POST", "invalidate"):
-                self._invalidate(_parse_json(body), node)
-                await _json(send, 200, {"ok": True})
-                return
-            raise _Refused(404, f"no peer API {method} {name}")
-        except _Refused as exc:
-            if exc.status == 403:
-                log.warning("peer API: refused %s %s from %s: %s", method, path, _client(scope), exc)
-            await _json(send, exc.status, {"error": str(exc)})
-
-    def _heartbeat(self, doc: dict) -> dict[str, object]:  # type: ignore[type-arg]
-        assert self.cluster is not None
-        try:
-            member = member_from(doc)
-            load = {k: float(v) for k, v in (doc.get("load") or {}).items()}
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise _Refused(400, f"bad heartbeat: {exc}") from None
-        self.cluster.heard_from(member, load)
-        me = self.cluster.me
-        return {"id": me.id, "url": me.url, "weight": me.weight, "load": dict(self.load()),
-                "ring_version": self.cluster.membership.ring.version}
-
-    def _invalidate(self, doc: dict, node: str) -> None:  # type: ignore[type-arg]
-        assert self.reads is not None and self.cluster is not None
-        bucket, keys = doc.get("bucket"), doc.get("keys")
-        if not isinstance(bucket, str) or not (keys is None or isinstance(keys, list)):
-            raise _Refused(400, "invalidate needs bucket and keys")
-        if keys is None:
-            self.reads.meta.invalidate_bucket(bucket)
-        else:
-            for key in keys:
-                if isinstance(key, str):
-                    self.reads.invalidate(bucket, key)
-        self.cluster.counters["invalidations_received"] += 1
-        log.debug("peer %s invalidated %s %s", node, bucket, "(bucket)" if keys is None else len(keys))
-
-    async def _block(self, send, params: dict[str, list[str]], headers: Mapping[str, str]) -> None:  # type: ignore[no-untyped-def]
-        assert self.reads is not None and self.cluster is not None
-        info, index = self._block_request(params)
-        current.set(RequestContext(tenant=headers.get("x-lakegate-tenant", "-")[:64]))
-        pieces = self.reads.serve_block(info, index)
-        try:
-            first = await anext(pieces)
-        except (PreconditionFailed, NoSuchKey) as exc:
-            raise _Refused(412, str(exc)) from None
-        except S3Error as exc:
-            raise _Refused(503, str(exc)) from None
-        lo = index * self.reads.block_size
-        length = min(lo + self.reads.block_size, info.size) - lo
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/octet-stream"), (b"content-length", str(length).encode())]})
-        sent = 0
-        try:
-            await send({"type": "http.response.body", "body": first, "more_body": True})
-            sent = len(first)
-            async for piece in pieces:
-                await send({"type": "http.response.body", "body": piece, "more_body": True})
-                sent += len(piece)
-        finally:
-            await pieces.aclose()
-        self.cluster.counters["peer_served"] += 1
-        self.cluster.counters["peer_served_bytes"] += sent
-        await send({"type": "http.response.body", "body": b""})
-
-    def _block_request(self, params: dict[str, list[str]]) -> tuple[ObjectInfo, int]:
-        assert self.reads is not None
-        try:
-            one = {name: params[name][0] for name in ("bucket", "key", "etag", "size", "index", "block_size")}
-            size, index, block_size = int(one["size"]), int(one["index"]), int(one["block_size"])
-        except (KeyError, ValueError):
-            raise _Refused(400, "a block request needs bucket, key, etag, size, index, block_size") from None
-        if block_size != self.reads.block_size:
-            raise _Refused(409, f"block size {block_size} differs from this node's {self.reads.block_size}")
-        if size <= 0 or not 0 <= index < block_count(size, block_size):
-            raise _Refused(400, f"no block {index} in an object of {size} bytes")
-        return ObjectInfo(one["bucket"], one["key"], size, one["etag"], _EPOCH), index
+        body = await _read_body(receive)
+        if not self.routes:
+            raise _Refused(403, "this node is not in a cluster")
+        sender = wire.verify(self.secret, scope["method"], scope["path"], query, headers, body, self.clock())
+        return Incoming(sender, query, headers, body)
 
 
-async def _read_body(receive) -> bytes:  # type: ignore[no-untyped-def]
+def _status_of(exc: Exception) -> int | None:
+    if isinstance(exc, _Refused):
+        return exc.status
+    return next((_STATUS[cls] for cls in type(exc).__mro__ if cls in _STATUS), None)
+
+
+async def _refuse(scope: Scope, send: Send, status: int, exc: Exception) -> None:
+    if status == 403:
+        log.warning("peer API: refused %s %s from %s: %s", scope["method"], scope["path"], _client(scope), exc)
+    await _send(send, status, json.dumps({"error": str(exc)}).encode())
+
+
+async def _stream(send: Send, block: ServedBlock) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": block.answer.headers()})
+    try:
+        async for piece in block.pieces:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+    finally:
+        await block.pieces.aclose()
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _read_body(receive: Receive) -> bytes:
     body = bytearray()
     while True:
         message = await receive()
@@ -154,18 +159,7 @@ async def _read_body(receive) -> bytes:  # type: ignore[no-untyped-def]
             return bytes(body)
 
 
-def _parse_json(body: bytes) -> dict:  # type: ignore[type-arg]
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        raise _Refused(400, "body is not JSON") from None
-    if not isinstance(doc, dict):
-        raise _Refused(400, "body is not a JSON object")
-    return doc
-
-
-async def _json(send, status: int, doc: Mapping[str, object]) -> None:  # type: ignore[no-untyped-def]
-    body = json.dumps(doc).encode()
+async def _send(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -7,7 +7,7 @@ of the live set plans a new ring (``cachetier.cluster.ring.plan``, over ``polici
 the same on every node that sees the same members.
 
 This is the state and the failure detector only, with the clock passed in: the loop that
-sends heartbeats over HTTP lives in ``cachetier.cluster.peers`` (``PeerClient``) and
+sends heartbeats over HTTP lives in ``cachetier.cluster.client`` (``PeerClient``) and
 ``gateway.loops.membership``.
 
 Seeds are URLs, with or without a node id (``id=url``, or addresses from DNS): a node's id is

@@ -2,7 +2,7 @@
 and what the read and write paths ask of the others.
 
 - ``owners`` / ``suspect``: where a block's L2 copy lives (``cachetier.cluster.membership``).
-- ``fetch_block``: one block from a peer owner, as it arrives (``cachetier.cluster.peers``).
+- ``fetch_block``: one block from a peer owner, as it arrives (``cachetier.cluster.client``).
 - ``broadcast_invalidate``: a write on this node reaches every live peer before the write is
   acknowledged, so no node serves the old version after the client saw the new one. A peer
   that does not answer in time is logged and counted; it re-validates by TTL.
@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from cachetier.lake import ObjectInfo
 from cachetier.cluster.membership import Membership
-from cachetier.cluster.peers import PeerClient, PeerUnavailable
+from cachetier.cluster.client import Peers, PeerUnavailable
 from cachetier.cluster.ring import Member
 
 log = logging.getLogger("lakegate.cluster")
@@ -42,7 +42,7 @@ class Cluster:
     def __init__(
         self,
         membership: Membership,
-        client: PeerClient,
+        client: Peers,
         *,
         seeds: list[tuple[str | None, str]],
         dns: str | None = None,
@@ -103,8 +103,7 @@ class Cluster:
             elif isinstance(result, BaseException):
                 raise result
             else:
-                member, peer_load = result
-                if self.membership.heard_from(member, peer_load):
+                if self.membership.heard_from(result.member, dict(result.load)):
                     self._log_ring()
         if self.membership.tick():
             self._log_ring()
@@ -129,7 +128,7 @@ class Cluster:
         except OSError as exc:
             log.warning("peers: DNS lookup of %s failed: %s", name, exc)
             return []
-        hosts = sorted({info[4][0] for info in infos})
+        hosts = sorted({str(info[4][0]) for info in infos})
         return [f"{scheme}://{f'[{h}]' if ':' in h else h}:{port}" for h in hosts]
 
     def snapshot(self) -> dict[str, object]:

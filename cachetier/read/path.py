@@ -36,7 +36,7 @@ from cachetier.context import RequestContext, current
 from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
 from cachetier.lake import Lake, ObjectInfo, ObjectStream
 from cachetier.read.metadata import MetadataCache
-from cachetier.cluster.peers import PeerUnavailable
+from cachetier.cluster.client import PeerUnavailable
 from cachetier.lake.ranges import ByteRange
 from cachetier.cluster.ring import Member
 from policies import admission, readahead, selection, tiering

@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 
 import psutil
 
 from cachetier.cluster.node import Cluster
 from cachetier.cluster.membership import Membership, parse_peers
-from cachetier.cluster.peers import PeerClient
+from cachetier.cluster.client import PeerClient
 from cachetier.cluster.ring import Member
 from gateway.settings import Settings
 
@@ -35,6 +36,7 @@ def build_cluster(settings: Settings, clock: Callable[[], float]) -> Cluster:
         me,
         settings.cluster_secret.get_secret_value().encode(),
         timeout=settings.lake_timeout,
+        clock=time.time,
         connect_timeout=min(1.0, settings.failure_timeout / 3),
         verify_tls=str(settings.peer_ca_file) if settings.peer_ca_file else True,
     )

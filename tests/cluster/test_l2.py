@@ -26,7 +26,7 @@ from helpers import ALICE
 from localnodes import LocalCluster
 
 from cachetier.blocks.ids import block_count
-from cachetier.cluster.peers import sign
+from cachetier.cluster.wire import sign
 
 BLOCK = 4 << 20
 FAILURE_TIMEOUT_S = 3.0  # the nodes' default LAKEGATE_FAILURE_TIMEOUT
@@ -203,9 +203,9 @@ def test_the_peer_api_takes_only_the_cluster_hmac(cluster: LocalCluster) -> None
     body = json.dumps({"id": "intruder", "url": "http://127.0.0.1:1", "weight": 1.0, "load": {}}).encode()
     json_type = {"content-type": "application/json"}
     assert _peer_request(url + path, json_type, body=body) == 403  # no HMAC
-    forged = sign(b"not the cluster secret, at all", "node2", "POST", path, "", body)
+    forged = sign(b"not the cluster secret, at all", "node2", "POST", path, "", body, now=time.time())
     assert _peer_request(url + path, forged | json_type, body=body) == 403
-    stale = sign(cluster.secret.encode(), "node2", "POST", path, "", body) | {"x-lakegate-time": "1000000000.000"}
+    stale = sign(cluster.secret.encode(), "node2", "POST", path, "", body, now=1_000_000_000.0)
     assert _peer_request(url + path, stale | json_type, body=body) == 403
 
     # a tenant's valid SigV4 signature means nothing on the peer API
@@ -217,7 +217,7 @@ def test_the_peer_api_takes_only_the_cluster_hmac(cluster: LocalCluster) -> None
 
     # ... while the cluster's own HMAC is accepted (so the refusals above are about the HMAC)
     good = sign(cluster.secret.encode(), "node2", "POST", path, "", json.dumps(
-        {"id": "node2", "url": cluster.urls["node2"], "weight": 1.0, "load": {}}).encode())
+        {"id": "node2", "url": cluster.urls["node2"], "weight": 1.0, "load": {}}).encode(), now=time.time())
     assert _peer_request(url + path, good | json_type, body=json.dumps(
         {"id": "node2", "url": cluster.urls["node2"], "weight": 1.0, "load": {}}).encode()) == 200
     assert "intruder" not in ring(cluster, "node1")["peers"]

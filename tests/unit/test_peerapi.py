@@ -1,14 +1,18 @@
 """The peer API (``gateway.peerapi.PeerAPI``) as an ASGI app, driven through httpx's
 ASGITransport, in front of a real ReadPath node over the in-memory lake (the cluster twin of
 test_readpath_cluster.py). Also the real ``PeerClient`` talking to it, so what the client signs
-is checked against what the server receives."""
+is checked against what the server receives; and ``PeerClient`` and its in-memory twin
+``MemoryPeers`` conform to ``Peers`` by exact signature and pass one behaviour suite (the client
+over ASGITransport to the peer API, the twin calling the node's ``Owner`` directly)."""
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -21,7 +25,10 @@ from cachetier.cluster.node import Cluster
 from cachetier.errors import PreconditionFailed
 from cachetier.lake import ObjectInfo
 from cachetier.cluster.membership import Membership
-from cachetier.cluster.peers import PREFIX, PeerClient, sign
+from cachetier.cluster.client import PeerClient, Peers, PeerUnavailable
+from cachetier.cluster.memory import MemoryPeers
+from cachetier.cluster.owner import Owner
+from cachetier.cluster.wire import PREFIX, sign
 from cachetier.cluster.ring import Member
 from gateway.peerapi import PeerAPI
 
@@ -46,7 +53,7 @@ async def call(
     """One request to ``app``'s peer API, signed as ``sender`` with ``secret`` (None: unsigned)."""
     body = json.dumps(doc).encode() if doc is not None else b""
     path = PREFIX + name
-    signed = sign(secret, sender, method, path, query, body) if secret is not None else {}
+    signed = sign(secret, sender, method, path, query, body, now=time.time()) if secret is not None else {}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://n0:9000") as client:
         return await client.request(method, path + (f"?{query}" if query else ""), content=body,
                                     headers={**signed, **(headers or {})})
@@ -122,7 +129,7 @@ class Hosts:
     def __init__(self, apps: Mapping[str, Any]) -> None:
         self.apps = apps
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         host = dict(scope["headers"])[b"host"].decode()
         await self.apps[host](scope, receive, send)
 
@@ -194,7 +201,7 @@ def test_a_body_that_is_not_a_json_object_is_400(lake: CountingLake) -> None:
 
     async def main() -> None:
         body = b"[1, 2]"
-        headers = sign(SECRET, "n9", "POST", PREFIX + "invalidate", "", body)
+        headers = sign(SECRET, "n9", "POST", PREFIX + "invalidate", "", body, now=time.time())
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=peer_api(node)), base_url="http://n0") as c:
             assert (await c.post(PREFIX + "invalidate", content=body, headers=headers)).status_code == 400
 
@@ -246,7 +253,7 @@ def test_a_block_request_that_cannot_be_served(lake: CountingLake, changes: dict
         assert resp.status_code == status, resp.text
         if status != 412:
             assert lake.gets == []  # refused before any lake request
-        assert len(node.l2) == 0  # type: ignore[arg-type]
+        assert len(node.l2) == 0
 
     run(main())
 
@@ -286,10 +293,8 @@ def test_the_peer_client_fetches_blocks_of_any_key(lake: CountingLake, key: str)
 @contextlib.asynccontextmanager
 async def peer_client(node: Node, sender: Member = SENDER) -> AsyncIterator[PeerClient]:
     """A PeerClient (as ``sender``) whose HTTP goes to ``node``'s peer API in-process."""
-    client = PeerClient(sender, SECRET, timeout=5.0)
-    await client.client.aclose()
     app = Hosts({urlsplit(node.member.url).netloc: peer_api(node)})
-    client.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    client = PeerClient(sender, SECRET, timeout=5.0, clock=time.time, transport=httpx.ASGITransport(app=app))
     try:
         yield client
     finally:
@@ -298,3 +303,146 @@ async def peer_client(node: Node, sender: Member = SENDER) -> AsyncIterator[Peer
 
 async def collect(pieces: AsyncIterator[bytes]) -> bytes:
     return b"".join([piece async for piece in pieces])
+
+
+# ---- PeerClient and its twin: one behaviour ---------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [PeerClient, MemoryPeers])
+def test_the_client_and_its_twin_conform_to_peers(cls: type) -> None:
+    for name in ("heartbeat", "invalidate", "fetch_block", "aclose"):
+        assert inspect.signature(getattr(cls, name)) == inspect.signature(getattr(Peers, name)), name
+    assert inspect.isasyncgenfunction(cls.fetch_block)  # type: ignore[attr-defined]
+
+
+def test_both_are_peers_at_run_time() -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(500))
+    client = PeerClient(SENDER, SECRET, timeout=1.0, clock=time.time, transport=transport)
+    assert isinstance(client, Peers) and isinstance(MemoryPeers(SENDER, {}), Peers)
+    run(client.aclose())
+
+
+# ---- one behaviour, both implementations -------------------------------------------------------
+
+Connect = Callable[[Node, set[str]], contextlib.AbstractAsyncContextManager[Peers]]  # node, ids of the nodes down
+
+
+class Unplugged(httpx.AsyncBaseTransport):
+    """``transport``, except that hosts named in ``down`` refuse the connection."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport, down: set[str]) -> None:
+        self.transport, self.down = transport, down
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.host in self.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        return await self.transport.handle_async_request(request)
+
+
+@contextlib.asynccontextmanager
+async def over_http(node: Node, down: set[str]) -> AsyncIterator[Peers]:
+    transport = Unplugged(httpx.ASGITransport(app=Hosts({"n0:9000": peer_api(node)})), down)
+    client = PeerClient(SENDER, SECRET, timeout=5.0, clock=time.time, transport=transport)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def in_memory(node: Node, down: set[str]) -> AsyncIterator[Peers]:
+    peers = MemoryPeers(SENDER, {node.member.url: Owner(node.cluster, node.reads, lambda: LOAD)})
+    peers.down = down
+    yield peers
+
+
+@pytest.fixture(params=[over_http, in_memory], ids=["http", "memory"])
+def connect(request: pytest.FixtureRequest) -> Connect:
+    return request.param  # type: ignore[no-any-return]
+
+
+def test_a_heartbeat_is_answered_by_the_node_it_reached(lake: CountingLake, connect: Connect) -> None:
+    (node,) = nodes(lake, 1)
+
+    async def main() -> None:
+        async with connect(node, set()) as peers:
+            answer = await peers.heartbeat(node.member.url, {"cpu_percent": 50.0}, 1.0)
+        assert (answer.member, dict(answer.load)) == (node.member, LOAD)
+        assert answer.ring_version == node.membership.ring.version
+        assert node.membership.peers() == [SENDER]
+        assert node.cluster.snapshot()["peers"]["n9"]["load"] == {"cpu_percent": 50.0}  # type: ignore[index]
+
+    run(main())
+
+
+def test_an_invalidation_forgets_the_keys(lake: CountingLake, connect: Connect) -> None:
+    (node,) = nodes(lake, 1)
+
+    async def main() -> None:
+        for key in ("a", "b"):
+            await put(lake, key, os.urandom(10))
+            await node.reads.head(B, key)
+        async with connect(node, set()) as peers:
+            await peers.invalidate(node.member, B, ["a"], 1.0)
+            assert [node.reads.meta.get(B, k) is None for k in ("a", "b")] == [True, False]
+            await peers.invalidate(node.member, B, None, 1.0)
+        assert len(node.reads.meta) == 0
+        assert node.cluster.counters["invalidations_received"] == 2
+
+    run(main())
+
+
+def test_a_block_is_its_bytes_and_a_changed_object_is_precondition_failed(
+    lake: CountingLake, connect: Connect
+) -> None:
+    (node,) = nodes(lake, 1)
+    data = os.urandom(2 * BS + 1)
+
+    async def main() -> None:
+        await put(lake, "k", data)
+        info = await lake.head_object(B, "k")
+        async with connect(node, set()) as peers:
+            assert await collect(peers.fetch_block(node.member, info, 1, BS, "t")) == data[BS : 2 * BS]
+            assert await collect(peers.fetch_block(node.member, info, 2, BS, "t")) == data[2 * BS :]
+            await put(lake, "k", os.urandom(BS))
+            with pytest.raises(PreconditionFailed):
+                await collect(peers.fetch_block(node.member, info, 0, BS, "t"))
+        assert node.cluster.counters["peer_served"] == 2
+
+    run(main())
+
+
+@pytest.mark.parametrize(("index", "block_size"), [(0, 2 * BS), (5, BS), (-1, BS)],
+                         ids=["other-block-size", "past-the-end", "negative"])
+def test_a_block_the_owner_cannot_serve_is_peer_unavailable(
+    lake: CountingLake, connect: Connect, index: int, block_size: int
+) -> None:
+    (node,) = nodes(lake, 1)
+
+    async def main() -> None:
+        await put(lake, "k", os.urandom(2 * BS))
+        info = await lake.head_object(B, "k")
+        async with connect(node, set()) as peers:
+            with pytest.raises(PeerUnavailable):
+                await collect(peers.fetch_block(node.member, info, index, block_size, "t"))
+        assert lake.gets == []
+
+    run(main())
+
+
+def test_a_node_that_is_down_is_peer_unavailable(lake: CountingLake, connect: Connect) -> None:
+    (node,) = nodes(lake, 1)
+
+    async def main() -> None:
+        await put(lake, "k", os.urandom(BS))
+        info = await lake.head_object(B, "k")
+        async with connect(node, {node.member.id}) as peers:
+            with pytest.raises(PeerUnavailable):
+                await peers.heartbeat(node.member.url, {}, 1.0)
+            with pytest.raises(PeerUnavailable):
+                await peers.invalidate(node.member, B, ["k"], 1.0)
+            with pytest.raises(PeerUnavailable):
+                await collect(peers.fetch_block(node.member, info, 0, BS, "t"))
+        assert node.membership.known() == [] and lake.gets == []
+
+    run(main())

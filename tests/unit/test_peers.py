@@ -1,5 +1,5 @@
 """The peer API's authentication (an HMAC of the cluster secret over method, path, query, body,
-sender and time: pure functions, the time passed to ``verify``), and PeerClient's boundary:
+sender and time: pure functions, the time passed to ``sign`` and ``verify``), and PeerClient's boundary:
 whatever a peer answers, its failure reaches the caller as PeerUnavailable (httpx's
 MockTransport plays the peer)."""
 
@@ -14,16 +14,8 @@ import pytest
 
 from cachetier.cluster.node import Cluster
 from cachetier.cluster.membership import Membership
-from cachetier.cluster.peers import (
-    MAX_SKEW,
-    PREFIX,
-    PeerAuthError,
-    PeerClient,
-    PeerUnavailable,
-    member_from,
-    sign,
-    verify,
-)
+from cachetier.cluster.client import PeerClient, PeerUnavailable
+from cachetier.cluster.wire import MAX_SKEW, PREFIX, PeerAuthError, member_from, sign, verify
 from cachetier.cluster.ring import Member
 
 SECRET = b"cluster-secret-0123456789"
@@ -33,7 +25,7 @@ BODY = b'{"id": "node2"}'
 
 
 def signed(method: str = "POST", path: str = PATH, query: str = QUERY, body: bytes = BODY) -> dict[str, str]:
-    return sign(SECRET, "node2", method, path, query, body)
+    return sign(SECRET, "node2", method, path, query, body, now=time.time())
 
 
 def check(headers: Mapping[str, str], *, secret: bytes = SECRET, method: str = "POST", path: str = PATH,
@@ -128,10 +120,8 @@ def test_member_from_a_heartbeat() -> None:
 
 async def client_for(handler: Callable[[httpx.Request], httpx.Response]) -> PeerClient:
     """A PeerClient (as node "me") whose requests ``handler`` answers."""
-    client = PeerClient(Member("me", "http://me:9000"), SECRET, timeout=1.0)
-    await client.client.aclose()
-    client.client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    return client
+    return PeerClient(Member("me", "http://me:9000"), SECRET, timeout=1.0, clock=time.time,
+                      transport=httpx.MockTransport(handler))
 
 
 JUNK = [

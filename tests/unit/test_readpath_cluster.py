@@ -1,18 +1,18 @@
 """The read path in a cluster (D3N's L2) without a network: two or three ReadPath nodes over one
 in-memory lake, each with its own L1 and L2 and a real ``Cluster`` and ``Membership``; the
-peer client is ``LoopbackPeers``, which calls the owner node's ``serve_block`` directly and
-answers as the peer API would (412 -> PreconditionFailed, any other error -> PeerUnavailable),
-and can be told to fail a node before its first byte or after some bytes.
+peer client is ``LoopbackPeers``, the checked twin ``MemoryPeers`` (which calls the owner node's
+``Owner``, as the peer API does, and fails as PeerClient does: 412 -> PreconditionFailed, any other
+error -> PeerUnavailable), told to fail a node before its first byte or after some bytes.
 
-``Node``, ``LoopbackPeers`` and ``nodes`` also serve tests/unit/test_peerapi.py.
+``Node`` and ``nodes`` also serve tests/unit/test_peerapi.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import pytest
 from test_readpath import (
@@ -33,10 +33,12 @@ from cachetier.blocks.store import MemoryBlockStore
 from cachetier.telemetry.counters import CacheStats
 from cachetier.cluster.node import Cluster
 from cachetier.lake.conditions import Conditions
-from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
+from cachetier.errors import PreconditionFailed
 from cachetier.lake import ObjectInfo
 from cachetier.cluster.membership import Membership
-from cachetier.cluster.peers import PeerUnavailable
+from cachetier.cluster.client import PeerUnavailable
+from cachetier.cluster.memory import MemoryPeers
+from cachetier.cluster.owner import Owner
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.path import ObjectChanged, ReadPath
 from cachetier.cluster.ring import Member
@@ -54,14 +56,14 @@ class Fault:
     after: int = 0
 
 
-@dataclass
-class LoopbackPeers:
-    """The part of PeerClient the read and write paths use, calling the peer node in-process."""
+class LoopbackPeers(MemoryPeers):
+    """The checked twin of PeerClient (calling the owner node's ``Owner`` in-process), recording
+    the blocks asked for, and failing the nodes in ``faults`` as told."""
 
-    me: Member
-    nodes: dict[str, Node]
-    faults: dict[str, Fault] = field(default_factory=dict)
-    fetches: list[tuple[str, str, int]] = field(default_factory=list)  # (to node, key, index)
+    def __init__(self, me: Member, owners: Mapping[str, Owner]) -> None:
+        super().__init__(me, owners)
+        self.faults: dict[str, Fault] = {}
+        self.fetches: list[tuple[str, str, int]] = []  # (to node, key, index)
 
     async def fetch_block(
         self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
@@ -70,9 +72,7 @@ class LoopbackPeers:
         fault = self.faults.get(member.id)
         if fault is not None and fault.after == 0:
             raise PeerUnavailable(f"{member.id} is down")
-        owner = self.nodes[member.id].reads
-        assert block_size == owner.block_size
-        pieces = owner.serve_block(info, index)
+        pieces = super().fetch_block(member, info, index, block_size, tenant)
         sent = 0
         try:
             async for piece in pieces:
@@ -81,34 +81,24 @@ class LoopbackPeers:
                     raise PeerUnavailable(f"{member.id} went away after {fault.after} bytes")
                 sent += len(piece)
                 yield piece
-        except (PreconditionFailed, NoSuchKey) as exc:  # the peer API's 412
-            raise PreconditionFailed(str(exc)) from exc
-        except S3Error as exc:  # its 503
-            raise PeerUnavailable(str(exc)) from exc
         finally:
             await pieces.aclose()  # type: ignore[attr-defined]
-
-    async def invalidate(self, member: Member, bucket: str, keys: list[str] | None, timeout: float) -> None:
-        for key in keys or ():
-            self.nodes[member.id].reads.invalidate(bucket, key)
-
-    async def aclose(self) -> None:
-        pass
 
 
 class Node:
     """One cache node: L1, L2, membership, cluster and read path, over the shared ``lake``."""
 
-    def __init__(self, name: str, lake: object, nodes: dict[str, Node], clock: Clock, *,
+    def __init__(self, name: str, lake: object, owners: dict[str, Owner], clock: Clock, *,
                  replicas: int, readahead: int) -> None:
         self.member = Member(name, f"http://{name}:9000")
         self.membership = Membership(self.member, partitions=PARTITIONS, replicas=replicas,
                                      failure_timeout=30.0, clock=clock)
-        self.peers = LoopbackPeers(self.member, nodes)
-        self.cluster = Cluster(self.membership, self.peers, seeds=[])  # type: ignore[arg-type]
+        self.peers = LoopbackPeers(self.member, owners)
+        self.cluster = Cluster(self.membership, self.peers, seeds=[])
         self.l1, self.l2 = MemoryBlockStore(1 << 30), MemoryBlockStore(1 << 30)
         self.reads = ReadPath(lake, self.l1, CacheStats(), block_size=BS, meta_ttl=60.0,  # type: ignore[arg-type]
                               readahead=readahead, clock=clock, l2=self.l2, cluster=self.cluster)
+        owners[self.member.url] = Owner(self.cluster, self.reads, dict)
 
     def owns(self, key: str, index: int = 0) -> bool:
         return self.cluster.owners(B, key, index)[0].id == self.member.id
@@ -122,8 +112,9 @@ def nodes(lake: object, count: int = 3, *, replicas: int = 1, readahead: int = 0
     """``count`` nodes that have all heard from each other (so they plan one ring)."""
     clock = Clock()
     registry: dict[str, Node] = {}
+    owners: dict[str, Owner] = {}
     for i in range(count):
-        registry[f"n{i}"] = Node(f"n{i}", lake, registry, clock, replicas=replicas, readahead=readahead)
+        registry[f"n{i}"] = Node(f"n{i}", lake, owners, clock, replicas=replicas, readahead=readahead)
     for node in registry.values():
         for other in registry.values():
             node.membership.heard_from(other.member)

@@ -1,0 +1,161 @@
+"""Talking to peer cache nodes: ``Peers``, what the cluster and the read path ask of the other
+nodes, and ``PeerClient``, its HTTP implementation over the wire messages of
+``cachetier.cluster.wire`` (the in-memory twin is ``cachetier.cluster.memory.MemoryPeers``).
+
+Whatever goes wrong with a peer (down, slow, answering with an error or with something that is
+not lakegate at all) reaches the caller as ``PeerUnavailable``, the one exception besides
+``PreconditionFailed`` (the owner found the object changed in the lake) that a peer call raises.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Protocol, runtime_checkable
+
+import httpx
+
+from cachetier.cluster import wire
+from cachetier.cluster.ring import Member
+from cachetier.errors import PreconditionFailed
+from cachetier.lake import ObjectInfo
+from cachetier.net.transport import LakeTransport
+
+
+class PeerUnavailable(Exception):
+    """A peer could not serve the request (down, overloaded, or answered with an error)."""
+
+
+@runtime_checkable
+class Peers(Protocol):
+    """The other nodes, as this node calls them (``cachetier.cluster.node.Cluster`` and, through
+    it, the read path)."""
+
+    async def heartbeat(self, url: str, load: Mapping[str, float], timeout: float) -> wire.HeartbeatAnswer:
+        """Send our heartbeat (with ``load``) to the node at ``url``; its answer names it."""
+        ...
+
+    async def invalidate(self, member: Member, bucket: str, keys: list[str] | None, timeout: float) -> None:
+        """Have ``member`` forget ``keys`` of ``bucket`` (None: the bucket's metadata)."""
+        ...
+
+    def fetch_block(
+        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
+    ) -> AsyncIterator[bytes]:
+        """Block ``index`` of ``info``'s version, from its owner ``member``, as it arrives.
+
+        Raises PeerUnavailable (before or during the body: the caller fetches what is missing
+        elsewhere) or PreconditionFailed (the lake's object is no longer ``info``)."""
+        ...
+
+    async def aclose(self) -> None:
+        ...
+
+
+def block_request(info: ObjectInfo, index: int, block_size: int, tenant: str) -> wire.BlockRequest:
+    """The wire request for block ``index`` of ``info``; one the owner would refuse is PeerUnavailable."""
+    try:
+        return wire.BlockRequest(info.bucket, info.key, info.etag, info.size, index, block_size, tenant)
+    except wire.WireError as exc:
+        raise PeerUnavailable(str(exc)) from None
+
+
+def _tls_context(verify_tls: bool | str) -> ssl.SSLContext | None:
+    """None: the system's CAs; False: no verification; a path: that CA file."""
+    if verify_tls is True:
+        return None
+    if verify_tls is False:
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        return context
+    return ssl.create_default_context(cafile=verify_tls)
+
+
+class PeerClient:
+    """``Peers`` over HTTP: the peer API, every request signed as node ``me`` at ``clock()``
+    (wall-clock seconds: receivers compare the stamp with their own time). ``transport``
+    replaces the lean HTTP transport (tests pass httpx's ASGITransport or MockTransport)."""
+
+    def __init__(
+        self,
+        me: Member,
+        secret: bytes,
+        *,
+        timeout: float,
+        clock: Callable[[], float],
+        connect_timeout: float = 1.0,
+        verify_tls: bool | str = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.me = me
+        self.secret = secret
+        self.clock = clock
+        if transport is None:
+            transport = LakeTransport(max_connections=256, max_idle=64, ssl_context=_tls_context(verify_tls))
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            transport=transport,
+            headers={"user-agent": "lakegate-peer"},
+        )
+
+    def _headers(self, method: str, path: str, query: str = "", body: bytes = b"") -> dict[str, str]:
+        return wire.sign(self.secret, self.me.id, method, path, query, body, now=self.clock())
+
+    async def _post(self, url: str, path: str, body: bytes, timeout: float | None) -> bytes:
+        """The answer's body to ``body`` POSTed to ``path`` at ``url``; any failure is PeerUnavailable."""
+        headers = self._headers("POST", path, "", body) | {"content-type": "application/json"}
+        try:
+            resp = await self.client.post(url + path, content=body, headers=headers, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise PeerUnavailable(f"{url}: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise PeerUnavailable(f"{url}: {path} answered {resp.status_code}")
+        return resp.content
+
+    async def heartbeat(self, url: str, load: Mapping[str, float], timeout: float) -> wire.HeartbeatAnswer:
+        body = wire.Heartbeat(self.me, dict(load)).to_json()
+        answer = await self._post(url, wire.HEARTBEAT, body, timeout)
+        try:
+            return wire.HeartbeatAnswer.from_json(answer)
+        except wire.WireError as exc:  # not a lakegate node (a wrong port, a proxy's page)
+            raise PeerUnavailable(f"{url}: bad heartbeat answer: {exc}") from exc
+
+    async def invalidate(self, member: Member, bucket: str, keys: list[str] | None, timeout: float) -> None:
+        body = wire.Invalidate(bucket, None if keys is None else tuple(keys)).to_json()
+        answer = await self._post(member.url, wire.INVALIDATE, body, timeout)
+        try:
+            wire.Acknowledged.from_json(answer)
+        except wire.WireError as exc:
+            raise PeerUnavailable(f"{member.url}: bad invalidate answer: {exc}") from exc
+
+    async def fetch_block(
+        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
+    ) -> AsyncIterator[bytes]:
+        request = block_request(info, index, block_size, tenant)
+        query = request.to_query()
+        headers = self._headers("GET", wire.BLOCK, query) | request.headers()
+        try:
+            async with self.client.stream("GET", f"{member.url}{wire.BLOCK}?{query}", headers=headers) as resp:
+                if resp.status_code == 412:
+                    raise PreconditionFailed(f"{member.id}: the object changed in the lake")
+                if resp.status_code != 200:
+                    raise PeerUnavailable(f"{member.id}: block answered {resp.status_code}")
+                _check_length(member, request, resp.headers)
+                async for chunk in resp.aiter_raw():
+                    yield chunk
+        except httpx.HTTPError as exc:
+            raise PeerUnavailable(f"{member.id}: {exc!r}") from exc
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _check_length(member: Member, request: wire.BlockRequest, headers: Mapping[str, str]) -> None:
+    """An answer that will not be the whole block is refused before its first byte (so the
+    reader asks the next owner rather than taking part of a block from this one)."""
+    try:
+        length = wire.BlockAnswer.from_headers(headers).length
+    except wire.WireError as exc:
+        raise PeerUnavailable(f"{member.id}: {exc}") from None
+    if length != request.length:
+        raise PeerUnavailable(f"{member.id}: block {request.index} of {length} bytes, expected {request.length}")

@@ -1,0 +1,76 @@
+"""``MemoryPeers``: the in-memory twin of ``PeerClient``, for tests of anything that talks to
+peers without a network. It calls the other nodes' ``Owner`` (the same code the peer API runs)
+directly, passing every message and answer through its wire encoding, and fails as the client
+does: a node that is down, unknown or refusing is ``PeerUnavailable``; an object changed in the
+lake is ``PreconditionFailed``. It does no HMAC: authentication is the peer API's, tested there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import NoReturn
+
+from cachetier.cluster import wire
+from cachetier.cluster.client import PeerUnavailable, block_request
+from cachetier.cluster.owner import Owner, WrongBlockSize
+from cachetier.cluster.ring import Member
+from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
+from cachetier.lake import ObjectInfo
+
+
+class MemoryPeers:
+    """``Peers`` as calls into ``owners`` (peer URL -> that node's Owner), as node ``me``.
+    Nodes whose id is in ``down`` answer nothing."""
+
+    def __init__(self, me: Member, owners: Mapping[str, Owner]) -> None:
+        self.me = me
+        self.owners = owners
+        self.down: set[str] = set()
+
+    def _owner(self, url: str) -> Owner:
+        owner = self.owners.get(url)
+        if owner is None or owner.cluster.me.id in self.down:
+            raise PeerUnavailable(f"{url}: no answer")
+        return owner
+
+    async def heartbeat(self, url: str, load: Mapping[str, float], timeout: float) -> wire.HeartbeatAnswer:
+        message = wire.Heartbeat.from_json(wire.Heartbeat(self.me, dict(load)).to_json())
+        try:
+            answer = await self._owner(url).heartbeat(message, self.me.id)
+        except (wire.WireError, S3Error) as exc:
+            _unavailable(url, exc)
+        return wire.HeartbeatAnswer.from_json(answer.to_json())
+
+    async def invalidate(self, member: Member, bucket: str, keys: list[str] | None, timeout: float) -> None:
+        sent = wire.Invalidate(bucket, None if keys is None else tuple(keys))
+        try:
+            answer = await self._owner(member.url).invalidate(wire.Invalidate.from_json(sent.to_json()), self.me.id)
+        except (wire.WireError, S3Error) as exc:
+            _unavailable(member.url, exc)
+        wire.Acknowledged.from_json(answer.to_json())
+
+    async def fetch_block(
+        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
+    ) -> AsyncIterator[bytes]:
+        sent = block_request(info, index, block_size, tenant)
+        request = wire.BlockRequest.from_query(sent.to_query(), sent.headers())
+        try:
+            served = await self._owner(member.url).block(request, self.me.id)
+        except (PreconditionFailed, NoSuchKey) as exc:  # the peer API's 412
+            raise PreconditionFailed(f"{member.id}: the object changed in the lake") from exc
+        except (wire.WireError, WrongBlockSize, S3Error) as exc:
+            _unavailable(member.id, exc)
+        try:
+            async for piece in served.pieces:
+                yield piece
+        except S3Error as exc:  # over HTTP: a body cut short
+            _unavailable(member.id, exc)
+        finally:
+            await served.pieces.aclose()
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _unavailable(who: str, exc: Exception) -> NoReturn:
+    raise PeerUnavailable(f"{who}: {exc}") from exc
