@@ -15,7 +15,8 @@ Contract, for every implementation:
   takes no lock a writer holds (a file read and a checksum: fine inline for small blocks), and
   its ``in`` and ``len`` are dictionary lookups.
 - I/O trouble raises OSError (``BlockStoreError`` when the index fails or stays locked), never
-  sqlite3's or diskcache's own errors: callers catch OSError alone.
+  sqlite3's or diskcache's own errors: callers catch OSError alone. A block whose file fails
+  to read (EIO) leaves the store's index as it raises, so the next put stores it anew.
 - Statistics count this instance's calls: ``hits``, ``misses`` (every get that returned None or
   raised, corrupt ones included), ``puts``, ``evictions``, ``corrupt``. A ``get(...,
   counted=False)`` is a look that is no read of this tier (a re-check, a fallback after another
@@ -185,7 +186,11 @@ class DiskBlockStore(_Statistics):
         row = self._index.find(key)
         if row is None:
             return None
-        data = read_file(row.path, row.size)
+        try:
+            data = read_file(row.path, row.size)
+        except OSError:
+            self._index.forget(key, row)  # unreadable: out of the index, so a fill stores it anew
+            raise
         if data is not None and row.matches(data):
             self._index.read(key)
             return data
