@@ -328,7 +328,7 @@ class ReadPath:
         was logged. The block id names it, not the object's key."""
         self.stats.add(current.get().tenant, f"{tier}_errors")
         log.log(logging.WARNING if logged else logging.DEBUG,
-                "%s %s of block %s failed, served from the next source: %s", tier.upper(), action, bid.hex, exc)
+                "%s %s of block %s failed: %s", tier.upper(), action, bid.hex, exc)
 
     def _prefetch(self, info: ObjectInfo, first: int, last: int, ctx: RequestContext) -> None:
         for index in range(first, last + 1):
