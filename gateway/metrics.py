@@ -14,7 +14,8 @@ from cachetier.cluster.node import CLUSTER_COUNTERS, Cluster
 # What a tier's hits and misses count: each is one block read that asked the tier, so hits +
 # misses is every such read (a read the store failed on is a miss; see lakegate_cache_*_errors).
 TIER_READS = {
-    "l1": ("block reads served from L1", "block reads that missed L1 (every block read through the cache asks L1 first)"),
+    "l1": ("block reads served from L1",
+           "block reads that missed L1 (every block read through the cache asks L1 first)"),
     "l2": ("block reads served from L2 by this node as the block's owner, for its clients or for peers",
            "block reads that missed L1 and then missed this owner's L2"),
 }
