@@ -11,6 +11,15 @@ from cachetier.blocks.store import BlockStore
 from cachetier.telemetry.counters import COUNTERS, CacheStats
 from cachetier.cluster.node import CLUSTER_COUNTERS, Cluster
 
+# What a tier's hits and misses count: each is one block read that asked the tier, so hits +
+# misses is every such read (a read the store failed on is a miss; see lakegate_cache_*_errors).
+TIER_READS = {
+    "l1": ("block reads served from L1",
+           "block reads that missed L1 (every block read through the cache asks L1 first)"),
+    "l2": ("block reads served from L2 by this node as the block's owner, for its clients or for peers",
+           "block reads that missed L1 and then missed this owner's L2"),
+}
+
 
 class CacheCollector(Collector):
     def __init__(self, stats: CacheStats, l1: BlockStore | None, l2: BlockStore | None = None) -> None:
@@ -30,8 +39,9 @@ class CacheCollector(Collector):
             name = tier.upper()
             yield GaugeMetricFamily(f"lakegate_{tier}_capacity_bytes", f"{name} capacity", value=store.capacity)
             yield GaugeMetricFamily(f"lakegate_{tier}_used_bytes", f"{name} block bytes stored", value=store.used_bytes())
-            yield CounterMetricFamily(f"lakegate_{tier}_hits", f"blocks read from {name}", value=store.hits)
-            yield CounterMetricFamily(f"lakegate_{tier}_misses", f"block reads that missed {name}", value=store.misses)
+            hits_help, misses_help = TIER_READS[tier]
+            yield CounterMetricFamily(f"lakegate_{tier}_hits", hits_help, value=store.hits)
+            yield CounterMetricFamily(f"lakegate_{tier}_misses", misses_help, value=store.misses)
             yield CounterMetricFamily(f"lakegate_{tier}_evictions", f"blocks evicted from {name}", value=store.evictions)
             yield CounterMetricFamily(f"lakegate_{tier}_corrupt", f"corrupt {name} blocks dropped", value=store.corrupt)
 

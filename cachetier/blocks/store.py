@@ -14,9 +14,13 @@ Contract, for every implementation:
   where an implementation says a method never waits: ``DiskBlockStore.get`` runs no SQL and
   takes no lock a writer holds (a file read and a checksum: fine inline for small blocks), and
   its ``in`` and ``len`` are dictionary lookups.
-- I/O trouble raises OSError (``BlockStoreError`` when the index fails or stays locked).
-- Statistics count this instance's calls: ``hits``, ``misses`` (every get that returned None,
-  corrupt ones included), ``puts``, ``evictions``, ``corrupt``.
+- I/O trouble raises OSError (``BlockStoreError`` when the index fails or stays locked), never
+  sqlite3's or diskcache's own errors: callers catch OSError alone. A block whose file fails
+  to read (EIO) leaves the store's index as it raises, so the next put stores it anew.
+- Statistics count this instance's calls: ``hits``, ``misses`` (every get that returned None or
+  raised, corrupt ones included), ``puts``, ``evictions``, ``corrupt``. A ``get(...,
+  counted=False)`` is a look that is no read of this tier (a re-check, a fallback after another
+  tier): it counts neither a hit nor a miss, so ``hits + misses`` is the reads that asked it.
 
 One process owns a ``DiskBlockStore``'s directory. The store keeps its SQLite index in memory
 too (``cachetier.blocks.index``), loaded at open and kept in step by its own writes, so that reads
@@ -73,7 +77,7 @@ class BlockStore(Protocol):
     evictions: int
     corrupt: int
 
-    def get(self, block_id: BlockId) -> bytes | None: ...
+    def get(self, block_id: BlockId, *, counted: bool = True) -> bytes | None: ...
 
     def put(self, block_id: BlockId, data: bytes) -> None: ...
 
@@ -100,7 +104,9 @@ class _Statistics:
         self.hits = self.misses = self.puts = self.evictions = self.corrupt = 0
         self._stats_lock = threading.Lock()
 
-    def _count(self, name: str) -> None:
+    def _count(self, name: str, counted: bool = True) -> None:
+        if not counted:
+            return
         with self._stats_lock:
             setattr(self, name, getattr(self, name) + 1)
 
@@ -164,23 +170,34 @@ class DiskBlockStore(_Statistics):
         )
         self._flusher.start()
 
-    def get(self, block_id: BlockId) -> bytes | None:
+    def get(self, block_id: BlockId, *, counted: bool = True) -> bytes | None:
         # No SQL and no lock but the index's: safe on an event loop for small blocks. A block
         # evicted or replaced between the lookup and the open is a miss; one evicted after the
         # open is read whole (an open file outlives its name).
-        key = block_id.hex
+        try:
+            data = self._read(block_id.hex)
+        except OSError:  # EIO, a directory gone to pieces: the caller's to handle, a miss here
+            self._count("misses", counted)
+            raise
+        self._count("misses" if data is None else "hits", counted)
+        return data
+
+    def _read(self, key: str) -> bytes | None:
         row = self._index.find(key)
-        if row is not None:
+        if row is None:
+            return None
+        try:
             data = read_file(row.path, row.size)
-            if data is not None and row.matches(data):
-                self._index.read(key)
-                self._count("hits")
-                return data
-            if data is None:
-                self._index.forget(key, row)  # gone: evicted, replaced, or removed by hand
-            else:
-                self._drop_corrupt(key, row)
-        self._count("misses")
+        except OSError:
+            self._index.forget(key, row)  # unreadable: out of the index, so a fill stores it anew
+            raise
+        if data is not None and row.matches(data):
+            self._index.read(key)
+            return data
+        if data is None:
+            self._index.forget(key, row)  # gone: evicted, replaced, or removed by hand
+        else:
+            self._drop_corrupt(key, row)
         return None
 
     def put(self, block_id: BlockId, data: bytes) -> None:
@@ -382,15 +399,15 @@ class MemoryBlockStore(_Statistics):
         self._clock = itertools.count()
         self._lock = threading.RLock()
 
-    def get(self, block_id: BlockId) -> bytes | None:
+    def get(self, block_id: BlockId, *, counted: bool = True) -> bytes | None:
         with self._lock:
             entry = self._entries.get(block_id)
             if entry is None:
-                self._count("misses")
+                self._count("misses", counted)
                 return None
             entry.used = next(self._clock)
             entry.reads += 1
-            self._count("hits")
+            self._count("hits", counted)
             return entry.data
 
     def put(self, block_id: BlockId, data: bytes) -> None:

@@ -188,9 +188,12 @@ class ReadPath:
     def _drop_blocks(self, info: ObjectInfo) -> None:
         for index in range(block_count(info.size, self.block_size)):
             bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
-            for store in (self.store, self.l2):
-                if store is not None and bid in store:
-                    store.delete(bid)
+            for tier, store in (("l1", self.store), ("l2", self.l2)):
+                try:
+                    if store is not None and bid in store:
+                        store.delete(bid)
+                except OSError as exc:  # unreachable once the key is written: eviction takes it
+                    self._store_failed(tier, "delete", bid, exc)
 
     # ---- GET --------------------------------------------------------------------------------
 
@@ -243,7 +246,7 @@ class ReadPath:
             lo, hi = block_bounds(index, info.size, self.block_size)
             a, b = max(start, lo) - lo, min(end, hi) - lo + 1
             bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
-            data, tier = await self._local(bid, hi - lo + 1)
+            data, tier = await self._local(bid, hi - lo + 1, asked=self._asked(info, index))
             if data is not None:
                 self._prefetch(info, ahead, ctx)
                 self.stats.add(ctx.tenant, "hits" if tier == "l1" else "l2_hits")
@@ -282,15 +285,50 @@ class ReadPath:
         request = readahead.Request(start, end, info.size, self.block_size, expected)
         return readahead.limit(request, self.readahead)
 
-    async def _local(self, bid: BlockId, length: int) -> tuple[bytes | None, str]:
-        """The block from this node's L1, else its L2, and which tier had it."""
-        for store, tier in ((self.store, "l1"), (self.l2, "l2")):
-            if store is None or bid not in store:  # an index lookup: a miss costs no thread hop
-                continue
-            data = store.get(bid) if length <= _INLINE_READ else await asyncio.to_thread(store.get, bid)
-            if data is not None:
-                return data, tier
+    async def _local(
+        self, bid: BlockId, length: int, *, order: tuple[str, ...] = ("l1", "l2"), asked: tuple[str, ...] = ()
+    ) -> tuple[bytes | None, str]:
+        """The block from the first of this node's tiers in ``order`` that has it, and which
+        tier that was. The tiers in ``asked`` count this look as one of their reads (a hit or a
+        miss, so each tier's hits + misses is the block reads that asked it); the others are
+        only probed, which their counters do not see."""
+        for tier in order:
+            store = self.store if tier == "l1" else self.l2
+            if store is not None:
+                data = await self._read_tier(tier, store, bid, length, tier in asked)
+                if data is not None:
+                    return data, tier
         return None, ""
+
+    async def _read_tier(self, tier: str, store: BlockStore, bid: BlockId, length: int, asked: bool) -> bytes | None:
+        """The block from one store, or None. A store that fails (EIO, a vanished directory) is
+        a miss: the block comes from the next source, and the error is counted and logged."""
+        try:
+            if bid not in store:  # an index lookup: a miss costs no thread hop
+                # an asked read still counts its miss: the get finds no row, so reads no file
+                return store.get(bid) if asked else None
+            if length <= _INLINE_READ:
+                return store.get(bid, counted=asked)
+            return await asyncio.to_thread(store.get, bid, counted=asked)
+        except OSError as exc:
+            self._store_failed(tier, "read" if asked else "look", bid, exc, logged=asked)
+            return None
+
+    def _asked(self, info: ObjectInfo, index: int) -> tuple[str, ...]:
+        """The tiers a client's block read asks on this node: L1, and L2 when this node is the
+        block's owner. A non-owner's L2 (blocks kept from an earlier ring) is only probed: the
+        read asks the owner's L2, which counts it there."""
+        if self.l2 is None or (self.cluster is not None and not self._owner_here(info.bucket, info.key, index)):
+            return ("l1",)
+        return ("l1", "l2")
+
+    def _store_failed(self, tier: str, action: str, bid: BlockId, exc: OSError, *, logged: bool = True) -> None:
+        """Count a cache disk's error, here, where it becomes a miss (or a block not kept), and
+        log it once per block read: a probe's failure (``logged=False``) follows a read's that
+        was logged. The block id names it, not the object's key."""
+        self.stats.add(current.get().tenant, f"{tier}_errors")
+        log.log(logging.WARNING if logged else logging.DEBUG,
+                "%s %s of block %s failed: %s", tier.upper(), action, bid.hex, exc)
 
     def _prefetch(self, info: ObjectInfo, indexes: range, ctx: RequestContext) -> None:
         for index in indexes:
@@ -336,7 +374,7 @@ class ReadPath:
         until the block is stored, so no reader can miss both and fetch it a second time."""
         try:
             data, store = None, None
-            if opened is None:  # stored while a reader looked?
+            if opened is None:  # stored while a reader looked? (a probe: the reader counted its look)
                 data, _ = await self._local(bid, _INLINE_READ + 1)
             if data is None:
                 data, store = await self._fill(info, index, fetch, ctx, opened, for_peer)
@@ -356,12 +394,19 @@ class ReadPath:
 
     def store_block(self, bucket: str, key: str, bid: BlockId, data: bytes, store: BlockStore | None = None) -> None:
         """Put a block into ``store`` (L1 by default), with the key's marker (blocking: call
-        from a thread)."""
+        from a thread). A store that fails (a full disk) keeps nothing: counted and logged,
+        never raised, as the reader or writer has what it needs."""
         store = self.store if store is None else store
         marker = BlockId.marker(bucket, key)
-        if marker not in store:
-            store.put(marker, b"")
-        store.put(bid, data)
+        try:
+            if marker not in store:
+                store.put(marker, b"")
+            store.put(bid, data)
+        except OSError as exc:
+            self._store_failed(self._tier_of(store), "store", bid, exc)
+
+    def _tier_of(self, store: BlockStore) -> str:
+        return "l2" if store is self.l2 else "l1"
 
     async def _fill(
         self, info: ObjectInfo, index: int, fetch: BlockFetch, ctx: RequestContext,
@@ -423,7 +468,9 @@ class ReadPath:
             self._served.popitem(last=False)
         bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
         lo, hi = block_bounds(index, info.size, self.block_size)
-        data, _ = await self._local(bid, hi - lo + 1)
+        # a peer's read asks the owner's tier (L2); a write-through copy in L1 is only probed
+        order = ("l2", "l1") if self.l2 is not None else ("l1",)
+        data, _ = await self._local(bid, hi - lo + 1, order=order, asked=order[:1])
         if data is not None:
             self.stats.add(ctx.tenant, "peer_hits")
             yield data
