@@ -1,5 +1,6 @@
 """S3 errors: the data plane's (:mod:`cachetier.errors`) plus the protocol's own (auth,
-request syntax), rendered to S3 XML in exactly one place (:func:`render`).
+request syntax), rendered to S3 XML in exactly one place (:func:`render`). The data plane's
+errors are imported from :mod:`cachetier.errors`, where they are defined, not through here.
 
     S3Error (cachetier.errors)
      ├── data plane: NoSuchKey, NoSuchBucket, InvalidRange, BadDigest, ServiceUnavailable, ...
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape
 
-from cachetier.errors import *  # noqa: F401,F403 - one hierarchy, re-exported for gateway code
 from cachetier.errors import S3Error
 
 

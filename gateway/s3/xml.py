@@ -15,8 +15,8 @@ from xml.sax.saxutils import escape
 from defusedxml import ElementTree as SafeET
 from defusedxml.common import DefusedXmlException
 
+from cachetier.errors import MalformedXML
 from cachetier.lake import DeleteOutcome, ListPage, ListQuery, PartsPage, UploadsPage, UploadsQuery
-from gateway.s3.errors import MalformedXML
 
 XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
 HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gateway.s3.errors import MethodNotAllowed, Unimplemented
+from cachetier.errors import MethodNotAllowed, Unimplemented
 from gateway.s3.request import from_scope
 
 

@@ -6,9 +6,10 @@ import pytest
 from defusedxml import ElementTree as ET
 
 from cachetier.errors import NoSuchKey
+from cachetier.errors import MalformedXML
 from cachetier.lake import ListEntry, ListPage, ListQuery
 from gateway.s3 import xml
-from gateway.s3.errors import MalformedXML, render
+from gateway.s3.errors import render
 
 T = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
 NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"

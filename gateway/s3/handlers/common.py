@@ -7,11 +7,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from cachetier.errors import AccessDenied, InvalidArgument, InvalidBucketName, KeyTooLongError, Unimplemented
+from cachetier.lake import CHECKSUM_HEADERS, STORED_HEADERS, CopySource, Lake, ObjectAttributes, ObjectInfo
 from cachetier.lake.conditions import Conditions, parse_http_date
 from cachetier.lake.ranges import ByteRange
-from cachetier.lake import CHECKSUM_HEADERS, STORED_HEADERS, CopySource, Lake, ObjectAttributes, ObjectInfo
 from gateway.s3.body import RequestBody
-from gateway.s3.errors import AccessDenied, InvalidArgument, InvalidBucketName, KeyTooLongError, Unimplemented
 from gateway.s3.request import S3Request
 from gateway.s3.response import Response, http_date
 from gateway.tenants import Tenant

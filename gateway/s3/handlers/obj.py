@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from cachetier.errors import InvalidArgument, InvalidRequest, Unimplemented
 from cachetier.lake.conditions import Conditions
 from cachetier.lake.ranges import ByteRange
 from gateway.s3 import xml
-from gateway.s3.errors import InvalidArgument, InvalidRequest, Unimplemented
 from gateway.s3.handlers.common import Call, attributes, check_key, copy_source, object_headers
 from gateway.s3.response import Response
 
