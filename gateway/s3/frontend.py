@@ -142,7 +142,7 @@ class S3Frontend:
         ERRORS.labels(err.code).inc()
         if err.resource is None and req is not None:
             err.resource = req.resource
-        headers = dict(err.headers)
+        headers = errors.response_headers(err)
         if err.status == 304:
             return Response(status=304, headers=headers)
         headers["Content-Type"] = "application/xml"

@@ -6,10 +6,10 @@ import pytest
 from defusedxml import ElementTree as ET
 
 from cachetier.errors import NoSuchKey
-from cachetier.errors import MalformedXML
+from cachetier.errors import InvalidRange, MalformedXML, NotModified
 from cachetier.lake import ListEntry, ListPage, ListQuery
 from gateway.s3 import xml
-from gateway.s3.errors import render
+from gateway.s3.errors import render, response_headers
 
 T = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
 NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
@@ -21,6 +21,14 @@ def test_error_document():
     assert doc.findtext("Code") == "NoSuchKey"
     assert doc.findtext("Resource") == "/b/<k>"
     assert doc.findtext("RequestId") == "REQ1"
+
+
+def test_error_headers_come_from_the_error_fields():
+    assert response_headers(InvalidRange(size=5)) == {"Content-Range": "bytes */5"}
+    assert response_headers(InvalidRange()) == {}
+    assert response_headers(NotModified(etag='"e"', last_modified=T)) == {
+        "ETag": '"e"', "Last-Modified": "Fri, 02 Jan 2026 03:04:05 GMT"}
+    assert response_headers(NoSuchKey()) == {}
 
 
 def test_list_v2_url_encoding_and_escaping():

@@ -9,9 +9,8 @@ from urllib.parse import unquote
 
 from cachetier.errors import AccessDenied, InvalidArgument, InvalidBucketName, KeyTooLongError, Unimplemented
 from cachetier.lake import CHECKSUM_HEADERS, STORED_HEADERS, CopySource, Lake, ObjectAttributes, ObjectInfo
-from cachetier.lake.conditions import Conditions, parse_http_date
-from cachetier.lake.ranges import ByteRange
 from gateway.s3.body import RequestBody
+from gateway.s3.headers import byte_range, conditions
 from gateway.s3.request import S3Request
 from gateway.s3.response import Response, http_date
 from gateway.tenants import Tenant
@@ -133,15 +132,10 @@ def copy_source(call: Call, *, with_range: bool) -> CopySource:
     if not call.tenant.may_use(bucket):
         raise AccessDenied(resource=f"/{bucket}/{key}")
     h = call.req.headers
-    cond = Conditions(
-        if_match=h.get("x-amz-copy-source-if-match"),
-        if_none_match=h.get("x-amz-copy-source-if-none-match"),
-        if_modified_since=parse_http_date(h.get("x-amz-copy-source-if-modified-since")),
-        if_unmodified_since=parse_http_date(h.get("x-amz-copy-source-if-unmodified-since")),
-    )
+    cond = conditions(h, "x-amz-copy-source-")
     rng = None
     if with_range and "x-amz-copy-source-range" in h:
-        rng = ByteRange.parse(h["x-amz-copy-source-range"])
+        rng = byte_range(h["x-amz-copy-source-range"])
         if rng is None or rng.suffix is not None or rng.last is None:
             raise InvalidArgument("The x-amz-copy-source-range value must be of the form bytes=first-last")
     return CopySource(bucket=bucket, key=key, conditions=cond, range=rng)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from cachetier.errors import InvalidArgument, InvalidRequest, Unimplemented
-from cachetier.lake.conditions import Conditions
-from cachetier.lake.ranges import ByteRange
 from gateway.s3 import xml
 from gateway.s3.handlers.common import Call, attributes, check_key, copy_source, object_headers
+from gateway.s3.headers import byte_range, conditions
 from gateway.s3.response import Response
 
 
@@ -18,8 +17,8 @@ def _no_part_number(call: Call) -> None:
 async def head_object(call: Call) -> Response:
     _no_part_number(call)
     info = await call.lake.head_object(call.bucket, call.key)
-    Conditions.from_headers(call.req.headers.get).check(info.etag, info.last_modified)
-    rng = ByteRange.parse(call.req.headers.get("range"))
+    conditions(call.req.headers).check(info.etag, info.last_modified)
+    rng = byte_range(call.req.headers.get("range"))
     headers = object_headers(info, call.req, whole=rng is None)
     if rng is None:
         return Response(headers=headers, length=info.size)
@@ -30,10 +29,8 @@ async def head_object(call: Call) -> Response:
 
 async def get_object(call: Call) -> Response:
     _no_part_number(call)
-    rng = ByteRange.parse(call.req.headers.get("range"))
-    stream = await call.lake.get_object(
-        call.bucket, call.key, rng, Conditions.from_headers(call.req.headers.get)
-    )
+    rng = byte_range(call.req.headers.get("range"))
+    stream = await call.lake.get_object(call.bucket, call.key, rng, conditions(call.req.headers))
     stream = await stream.started()  # the head goes out with the first bytes
     headers = object_headers(stream.info, call.req, whole=stream.content_range is None)
     if stream.content_range is None:
