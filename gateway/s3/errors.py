@@ -11,9 +11,8 @@ plane's errors are imported from :mod:`cachetier.errors`, where they are defined
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape
-
 from cachetier.errors import InvalidRange, NotModified, S3Error
+from cachetier.lake.xmlshapes import DECLARATION, element
 from gateway.s3.response import http_date
 
 
@@ -77,14 +76,11 @@ class InvalidURI(S3Error):
 
 
 def render(err: S3Error, request_id: str) -> bytes:
-    """The S3 XML error document; the only place error XML is built."""
-    parts = [
-        '<?xml version="1.0" encoding="UTF-8"?>\n<Error>',
-        f"<Code>{escape(err.code)}</Code>",
-        f"<Message>{escape(err.message)}</Message>",
-    ]
+    """The S3 XML error document; the only place error XML is built. (No namespace: S3 gives
+    its error documents none.)"""
+    parts = [DECLARATION, "<Error>", element("Code", err.code), element("Message", err.message)]
     if err.resource:
-        parts.append(f"<Resource>{escape(err.resource)}</Resource>")
+        parts.append(element("Resource", err.resource))
     parts.append(f"<RequestId>{request_id}</RequestId></Error>")
     return "".join(parts).encode()
 

@@ -31,6 +31,7 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 
 from cachetier import errors
+from cachetier.lake import xmlshapes
 from cachetier.lake.conditions import Conditions
 from cachetier.lake.s3 import xml as s3xml
 from cachetier.lake.s3.headers import (
@@ -135,7 +136,7 @@ class S3Lake:
         return _parsed(s3xml.parse_list_buckets, response.content)
 
     async def create_bucket(self, bucket: str, location: str | None = None) -> None:
-        body = s3xml.create_bucket_request(location) if location else None
+        body = xmlshapes.create_bucket_request(location) if location else None
         await self._request("PUT", bucket, content=body, not_found="NoSuchBucket")
 
     async def head_bucket(self, bucket: str) -> None:
@@ -228,7 +229,7 @@ class S3Lake:
         await self._request("DELETE", bucket, key)
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[DeleteOutcome]:
-        body = s3xml.delete_request(keys)
+        body = xmlshapes.delete_request(keys)
         headers = {"content-md5": base64.b64encode(hashlib.md5(body).digest()).decode("ascii")}
         # Deleting the same keys twice answers the same: safe to retry.
         response = await self._request(
@@ -323,7 +324,7 @@ class S3Lake:
     async def complete_multipart_upload(
         self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
     ) -> WriteResult:
-        body = s3xml.complete_request(parts)
+        body = xmlshapes.complete_request(parts)
         response = await self._request(
             "POST", bucket, key, query={"uploadId": upload_id}, content=body, not_found="NoSuchUpload"
         )

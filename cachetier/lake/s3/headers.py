@@ -19,7 +19,7 @@ from cachetier.errors import ServiceUnavailable
 from cachetier.lake import STORED_HEADERS, CopySource, ObjectAttributes, ObjectInfo, WriteResult
 from cachetier.lake.conditions import Conditions
 from cachetier.lake.ranges import ByteRange
-from cachetier.lake.s3 import xml as s3xml
+from cachetier.lake.xmlshapes import quoted
 
 # Response headers kept in ObjectInfo.headers besides STORED_HEADERS and x-amz-checksum-*.
 _INFO_HEADERS = ("x-amz-version-id", "x-amz-storage-class", "x-amz-mp-parts-count")
@@ -160,7 +160,7 @@ def object_info(bucket: str, key: str, headers: Mapping[str, str], size: int) ->
         bucket=bucket,
         key=key,
         size=size,
-        etag=s3xml.quoted(headers.get("etag", "")),
+        etag=quoted(headers.get("etag", "")),
         last_modified=last_modified(headers),
         content_type=headers.get("content-type", "binary/octet-stream"),
         metadata={n[len("x-amz-meta-") :]: v for n, v in headers.items() if n.startswith("x-amz-meta-")},
@@ -171,4 +171,4 @@ def object_info(bucket: str, key: str, headers: Mapping[str, str], size: int) ->
 def write_result(response: httpx.Response) -> WriteResult:
     headers = response_headers(response)
     kept = {n: v for n, v in headers.items() if n.startswith("x-amz-checksum-") or n == "x-amz-version-id"}
-    return WriteResult(etag=s3xml.quoted(headers.get("etag", "")), headers=kept)
+    return WriteResult(etag=quoted(headers.get("etag", "")), headers=kept)
