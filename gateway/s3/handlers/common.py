@@ -94,9 +94,10 @@ def attributes(headers: dict[str, str], *, with_checksums: bool = False) -> Obje
     )
 
 
-def object_headers(info: ObjectInfo, req: S3Request, *, whole: bool) -> dict[str, str]:
+def object_headers(info: ObjectInfo, req: S3Request, *, served: tuple[int, int] | None) -> dict[str, str]:
     """Response headers describing an object, as S3 sends them on GET and HEAD (names in
-    lower case, so that a response-* override replaces the stored header, not adds to it)."""
+    lower case, so that a response-* override replaces the stored header, not adds to it);
+    ``served`` is the inclusive byte range answered with 206, None for the whole object."""
     h = {
         "last-modified": http_date(info.last_modified),
         "etag": info.etag,
@@ -105,7 +106,7 @@ def object_headers(info: ObjectInfo, req: S3Request, *, whole: bool) -> dict[str
     }
     checksum_mode = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
     for name, value in info.headers.items():
-        if name in CHECKSUM_HEADERS and not (checksum_mode and whole):
+        if name in CHECKSUM_HEADERS and not (checksum_mode and served is None):
             continue
         h[name] = value
     for name, value in info.metadata.items():
@@ -113,6 +114,8 @@ def object_headers(info: ObjectInfo, req: S3Request, *, whole: bool) -> dict[str
     for param, header in _OVERRIDES.items():
         if param in req.query:
             h[header] = req.query[param]
+    if served is not None:
+        h["content-range"] = f"bytes {served[0]}-{served[1]}/{info.size}"
     return h
 
 

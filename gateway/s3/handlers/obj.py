@@ -19,11 +19,10 @@ async def head_object(call: Call) -> Response:
     info = await call.lake.head_object(call.bucket, call.key)
     conditions(call.req.headers).check(info.etag, info.last_modified)
     rng = byte_range(call.req.headers.get("range"))
-    headers = object_headers(info, call.req, whole=rng is None)
     if rng is None:
-        return Response(headers=headers, length=info.size)
+        return Response(headers=object_headers(info, call.req, served=None), length=info.size)
     start, end = rng.resolve(info.size)
-    headers["content-range"] = f"bytes {start}-{end}/{info.size}"
+    headers = object_headers(info, call.req, served=(start, end))
     return Response(status=206, headers=headers, length=end - start + 1)
 
 
@@ -32,12 +31,8 @@ async def get_object(call: Call) -> Response:
     rng = byte_range(call.req.headers.get("range"))
     stream = await call.lake.get_object(call.bucket, call.key, rng, conditions(call.req.headers))
     stream = await stream.started()  # the head goes out with the first bytes
-    headers = object_headers(stream.info, call.req, whole=stream.content_range is None)
-    if stream.content_range is None:
-        return Response(headers=headers, stream=stream)
-    start, end = stream.content_range
-    headers["content-range"] = f"bytes {start}-{end}/{stream.info.size}"
-    return Response(status=206, headers=headers, stream=stream)
+    headers = object_headers(stream.info, call.req, served=stream.content_range)
+    return Response(status=200 if stream.content_range is None else 206, headers=headers, stream=stream)
 
 
 async def put_object(call: Call) -> Response:
