@@ -1,6 +1,7 @@
 """Errors the data plane raises, each carrying the S3 error code and HTTP status that a client
 must see. ``gateway/s3/errors.py`` adds the protocol-level errors and renders all of them to
-S3 XML in one place.
+S3 XML in one place. What a client must also be told (the object's size with a 416, its ETag
+with a 304) is a typed field here; the gateway turns it into response headers.
 
     S3Error                      code, status, message, resource
      ├── NoSuchBucket, NoSuchKey, NoSuchUpload, BucketNotEmpty, ...   (404/409/400)
@@ -13,6 +14,8 @@ Third-party errors (httpx, OSError) are mapped at the lake boundary into these, 
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 
 class S3Error(Exception):
@@ -29,7 +32,6 @@ class S3Error(Exception):
         resource: str | None = None,
         code: str | None = None,
         status: int | None = None,
-        headers: dict[str, str] | None = None,
     ) -> None:
         self.message = message or type(self).message
         self.resource = resource
@@ -38,7 +40,6 @@ class S3Error(Exception):
         self.code = code or type(self).s3_code or type(self).__name__
         if status is not None:
             self.status = status
-        self.headers = headers or {}
         super().__init__(f"{self.code}: {self.message}")
 
 
@@ -110,6 +111,10 @@ class InvalidRange(S3Error):
     status = 416
     message = "The requested range is not satisfiable."
 
+    def __init__(self, message: str | None = None, *, size: int | None = None, resource: str | None = None) -> None:
+        super().__init__(message, resource=resource)
+        self.size = size  # the object's, when known: S3 tells it (Content-Range: bytes */size)
+
 
 class PreconditionFailed(S3Error):
     status = 412
@@ -119,6 +124,19 @@ class PreconditionFailed(S3Error):
 class NotModified(S3Error):
     status = 304
     message = "Not Modified."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        etag: str | None = None,
+        last_modified: datetime | None = None,
+        resource: str | None = None,
+    ) -> None:
+        super().__init__(message, resource=resource)
+        # what a 304 tells of the object the client already holds (S3 sends both headers)
+        self.etag = etag
+        self.last_modified = last_modified
 
 
 class BadDigest(S3Error):

@@ -240,7 +240,8 @@ class Lake(Protocol):
     async def get_object(
         self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()
     ) -> ObjectStream:
-        """Raises NoSuchKey, InvalidRange (416), PreconditionFailed (412), NotModified (304)."""
+        """Raises NoSuchKey, InvalidRange (416, with the object's ``size``), PreconditionFailed
+        (412), NotModified (304, with the object's ``etag``)."""
         ...
 
     async def put_object(

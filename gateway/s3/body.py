@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from cachetier.errors import EntityTooLarge, IncompleteBody, InvalidArgument
 from cachetier.lake import CHECKSUM_HEADERS
 from gateway.s3 import checksums
 from gateway.s3.chunked import decode_aws_chunked
-from gateway.s3.errors import EntityTooLarge, IncompleteBody, InvalidArgument, MissingContentLength
+from gateway.s3.errors import MissingContentLength
 from gateway.s3.request import S3Request
 from gateway.s3.sigv4 import AuthContext
 

@@ -23,13 +23,8 @@ from typing import Protocol
 
 from awscrt import checksums as crt
 
-from gateway.s3.errors import (
-    BadDigest,
-    IncompleteBody,
-    InvalidDigest,
-    InvalidRequest,
-    XAmzContentSHA256Mismatch,
-)
+from cachetier.errors import BadDigest, IncompleteBody, InvalidDigest, InvalidRequest
+from gateway.s3.errors import XAmzContentSHA256Mismatch
 
 HEADER_PREFIX = "x-amz-checksum-"
 # Headers that share the prefix but carry no checksum value.

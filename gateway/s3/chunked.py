@@ -18,8 +18,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncGenerator, AsyncIterator
 
+from cachetier.errors import IncompleteBody, InvalidRequest
 from gateway.s3.checksums import HEADER_PREFIX, Checksum, check, decode_value, hold_last
-from gateway.s3.errors import IncompleteBody, InvalidRequest, SignatureDoesNotMatch
+from gateway.s3.errors import SignatureDoesNotMatch
 from gateway.s3.sigv4 import EMPTY_SHA256, AuthContext, same_signature, sign, wire_bytes
 
 SIGNED = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"

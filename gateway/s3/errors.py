@@ -1,5 +1,7 @@
 """S3 errors: the data plane's (:mod:`cachetier.errors`) plus the protocol's own (auth,
-request syntax), rendered to S3 XML in exactly one place (:func:`render`).
+request syntax), rendered in exactly one place: the S3 XML document (:func:`render`) and the
+response headers a data-plane error's fields stand for (:func:`response_headers`). The data
+plane's errors are imported from :mod:`cachetier.errors`, where they are defined, not through here.
 
     S3Error (cachetier.errors)
      ├── data plane: NoSuchKey, NoSuchBucket, InvalidRange, BadDigest, ServiceUnavailable, ...
@@ -9,10 +11,9 @@ request syntax), rendered to S3 XML in exactly one place (:func:`render`).
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape
-
-from cachetier.errors import *  # noqa: F401,F403 - one hierarchy, re-exported for gateway code
-from cachetier.errors import S3Error
+from cachetier.errors import InvalidRange, NotModified, S3Error
+from cachetier.lake.xmlshapes import DECLARATION, element
+from gateway.s3.response import http_date
 
 
 class SignatureDoesNotMatch(S3Error):
@@ -75,13 +76,25 @@ class InvalidURI(S3Error):
 
 
 def render(err: S3Error, request_id: str) -> bytes:
-    """The S3 XML error document; the only place error XML is built."""
-    parts = [
-        '<?xml version="1.0" encoding="UTF-8"?>\n<Error>',
-        f"<Code>{escape(err.code)}</Code>",
-        f"<Message>{escape(err.message)}</Message>",
-    ]
+    """The S3 XML error document; the only place error XML is built. (No namespace: S3 gives
+    its error documents none.)"""
+    parts = [DECLARATION, "<Error>", element("Code", err.code), element("Message", err.message)]
     if err.resource:
-        parts.append(f"<Resource>{escape(err.resource)}</Resource>")
+        parts.append(element("Resource", err.resource))
     parts.append(f"<RequestId>{request_id}</RequestId></Error>")
     return "".join(parts).encode()
+
+
+def response_headers(err: S3Error) -> dict[str, str]:
+    """The headers S3 sends with an error besides its document: the object's size with a 416,
+    what the client's copy of the object is with a 304."""
+    if isinstance(err, InvalidRange) and err.size is not None:
+        return {"Content-Range": f"bytes */{err.size}"}
+    if isinstance(err, NotModified):
+        headers = {}
+        if err.etag is not None:
+            headers["ETag"] = err.etag
+        if err.last_modified is not None:
+            headers["Last-Modified"] = http_date(err.last_modified)
+        return headers
+    return {}

@@ -16,10 +16,10 @@ from datetime import datetime, timedelta, timezone
 from prometheus_client import Counter
 
 from cachetier import context
+from cachetier.errors import AccessDenied, InternalError, S3Error
 from cachetier.lake import Lake
 from gateway.s3 import errors
 from gateway.s3.body import RequestBody
-from gateway.s3.errors import S3Error
 from gateway.s3.handlers import HANDLERS
 from gateway.s3.handlers.common import Call
 from gateway.s3.request import S3Request, from_scope
@@ -86,7 +86,7 @@ class S3Frontend:
             resp = self._error(err, req, request_id)
         except Exception:  # a bug: log it with the request id, answer InternalError, keep serving
             log.exception("unhandled error in request %s", request_id)
-            resp = self._error(errors.InternalError(), req, request_id)
+            resp = self._error(InternalError(), req, request_id)
         if resp.status >= 300 and (body is None or body.unread):
             resp.headers["Connection"] = "close"
         head = scope["method"] == "HEAD"
@@ -125,7 +125,7 @@ class S3Frontend:
             if req.tenant is None:  # removed between signature check and here
                 raise errors.InvalidAccessKeyId()
         if req.bucket and not req.tenant.may_use(req.bucket):
-            raise errors.AccessDenied(resource=req.resource)
+            raise AccessDenied(resource=req.resource)
         # on a PUT, Cache-Control is the object's own header, not a directive to us
         no_cache = req.method in ("GET", "HEAD") and _no_cache(req.headers)
         context.current.set(context.RequestContext(req.tenant.name, no_cache=no_cache))
@@ -136,13 +136,13 @@ class S3Frontend:
         """Unsigned requests: only reads of buckets the settings open to anonymous reads."""
         if req.bucket in self.anonymous_buckets and req.operation in _READ_OPERATIONS:
             return Tenant(name="anonymous", access_key="", secret_key="", buckets=(req.bucket,))
-        raise errors.AccessDenied(resource=req.resource if req.bucket else None)
+        raise AccessDenied(resource=req.resource if req.bucket else None)
 
     def _error(self, err: S3Error, req: S3Request | None, request_id: str) -> Response:
         ERRORS.labels(err.code).inc()
         if err.resource is None and req is not None:
             err.resource = req.resource
-        headers = dict(err.headers)
+        headers = errors.response_headers(err)
         if err.status == 304:
             return Response(status=304, headers=headers)
         headers["Content-Type"] = "application/xml"

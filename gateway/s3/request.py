@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote
 
+from cachetier.errors import MethodNotAllowed, Unimplemented
+from gateway.s3.errors import InvalidURI
 from gateway.tenants import Tenant
-from gateway.s3.errors import InvalidURI, MethodNotAllowed, Unimplemented
 
 # Subresources lakegate does not implement; S3 names them in the query string.
 _UNSUPPORTED = frozenset(

@@ -22,15 +22,12 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from urllib.parse import quote, unquote, unquote_to_bytes
 
+from cachetier.errors import AccessDenied, InvalidArgument, InvalidRequest, S3Error
 from gateway.s3.errors import (
-    AccessDenied,
     AuthorizationHeaderMalformed,
     AuthorizationQueryParametersError,
     InvalidAccessKeyId,
-    InvalidArgument,
-    InvalidRequest,
     RequestTimeTooSkewed,
-    S3Error,
     SignatureDoesNotMatch,
 )
 

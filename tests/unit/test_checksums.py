@@ -21,14 +21,8 @@ from gateway.s3.checksums import (
     checksums_from_headers,
     verified,
 )
-from gateway.s3.errors import (
-    BadDigest,
-    IncompleteBody,
-    InvalidDigest,
-    InvalidRequest,
-    S3Error,
-    XAmzContentSHA256Mismatch,
-)
+from cachetier.errors import BadDigest, IncompleteBody, InvalidDigest, InvalidRequest, S3Error
+from gateway.s3.errors import XAmzContentSHA256Mismatch
 
 from helpers import authenticate_sent, boto3_request
 

@@ -25,13 +25,8 @@ from gateway.s3.chunked import (
     decode_aws_chunked,
     announced_trailers,
 )
-from gateway.s3.errors import (
-    BadDigest,
-    IncompleteBody,
-    InvalidRequest,
-    S3Error,
-    SignatureDoesNotMatch,
-)
+from cachetier.errors import BadDigest, IncompleteBody, InvalidRequest, S3Error
+from gateway.s3.errors import SignatureDoesNotMatch
 from gateway.s3.sigv4 import AuthContext, SignedRequest, authenticate, signing_key
 
 from helpers import authenticate_sent, boto3_request

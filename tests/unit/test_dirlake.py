@@ -322,7 +322,7 @@ def test_ranges_and_conditions(root: Path) -> None:
         await stream.aclose()  # never iterated: the file is closed all the same
         with pytest.raises(InvalidRange) as err:
             await lake.get_object(B, "k", ByteRange(100))
-        assert err.value.headers == {"Content-Range": "bytes */100"} and err.value.status == 416
+        assert err.value.size == 100 and err.value.status == 416  # Content-Range: bytes */100
         assert await read(lake, "k", conditions=Conditions(if_match=etag)) == data
         with pytest.raises(PreconditionFailed):
             await lake.get_object(B, "k", conditions=Conditions(if_match='"other"'))

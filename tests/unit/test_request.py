@@ -1,8 +1,16 @@
-"""Request parsing: bucket/key from path or host, and the operation a request names."""
+"""Request parsing: bucket/key from path or host, the operation a request names, and the
+Range and If-* headers read into the Lake interface's ByteRange and Conditions."""
+
+from datetime import datetime, timezone
 
 import pytest
 
-from gateway.s3.errors import MethodNotAllowed, Unimplemented
+from cachetier.errors import InvalidRange, MethodNotAllowed, Unimplemented
+from cachetier.lake.conditions import Conditions
+from cachetier.lake.ranges import ByteRange
+from cachetier.lake.s3.headers import range_header
+from gateway.s3.errors import response_headers
+from gateway.s3.headers import byte_range, conditions
 from gateway.s3.request import from_scope
 
 
@@ -74,3 +82,46 @@ def test_post_to_service_not_allowed():
 
 def test_unimplemented_renders_as_s3_not_implemented():
     assert Unimplemented().code == "NotImplemented" and Unimplemented().status == 501
+
+
+@pytest.mark.parametrize(
+    "header,size,expected",
+    [
+        ("bytes=0-9", 100, (0, 9)),
+        ("bytes=90-200", 100, (90, 99)),
+        ("bytes=10-", 100, (10, 99)),
+        ("bytes=-10", 100, (90, 99)),
+        ("bytes=-500", 100, (0, 99)),
+        ("bytes=0-0", 1, (0, 0)),
+    ],
+)
+def test_resolve(header, size, expected):
+    assert byte_range(header).resolve(size) == expected
+
+
+@pytest.mark.parametrize("header", [None, "", "items=0-1", "bytes=0-1,4-5", "bytes=5-1", "bytes=-", "bytes=a-b"])
+def test_ignored_headers_mean_whole_object(header):
+    assert byte_range(header) is None
+
+
+@pytest.mark.parametrize("header,size", [("bytes=100-", 100), ("bytes=100-200", 100), ("bytes=-0", 100), ("bytes=0-", 0)])
+def test_unsatisfiable(header, size):
+    with pytest.raises(InvalidRange) as info:
+        byte_range(header).resolve(size)
+    assert info.value.status == 416
+    assert response_headers(info.value)["Content-Range"] == f"bytes */{size}"
+
+
+def test_conditions_from_headers_and_copy_source_headers():
+    when = "Wed, 01 May 2024 12:00:00 GMT"
+    parsed = datetime(2024, 5, 1, 12, tzinfo=timezone.utc)
+    headers = {"if-match": '"a"', "if-modified-since": when, "x-amz-copy-source-if-none-match": '"b"',
+               "x-amz-copy-source-if-unmodified-since": when, "if-unmodified-since": "not a date"}
+    assert conditions(headers) == Conditions(if_match='"a"', if_modified_since=parsed)
+    assert conditions(headers, "x-amz-copy-source-") == Conditions(if_none_match='"b"', if_unmodified_since=parsed)
+    assert not conditions({})
+
+
+@pytest.mark.parametrize("rng", [ByteRange(0, 9), ByteRange(10), ByteRange(None, suffix=5)])
+def test_a_range_sent_to_the_lake_reads_back_the_same(rng):
+    assert byte_range(range_header(rng)) == rng

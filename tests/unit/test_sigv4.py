@@ -17,15 +17,12 @@ from botocore.config import Config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cachetier.errors import AccessDenied, InvalidArgument, InvalidRequest, S3Error
 from gateway.s3.errors import (
-    AccessDenied,
     AuthorizationHeaderMalformed,
     AuthorizationQueryParametersError,
     InvalidAccessKeyId,
-    InvalidArgument,
-    InvalidRequest,
     RequestTimeTooSkewed,
-    S3Error,
     SignatureDoesNotMatch,
 )
 from gateway.s3.sigv4 import (

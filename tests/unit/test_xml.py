@@ -1,4 +1,5 @@
-"""XML rendering and request-body parsing."""
+"""XML rendering and request-body parsing, on both sides: what the gateway renders S3Lake reads
+back, and what S3Lake sends the gateway parses (the shapes are shared, cachetier.lake.xmlshapes)."""
 
 from datetime import datetime, timezone
 
@@ -6,9 +7,14 @@ import pytest
 from defusedxml import ElementTree as ET
 
 from cachetier.errors import NoSuchKey
-from cachetier.lake import ListEntry, ListPage, ListQuery
+from cachetier.errors import InvalidRange, MalformedXML, NotModified
+from cachetier.lake import (
+    DeleteOutcome, ListEntry, ListPage, ListQuery, PartInfo, PartsPage, UploadInfo, UploadsPage, UploadsQuery,
+)
+from cachetier.lake import xmlshapes
+from cachetier.lake.s3 import xml as lakexml
 from gateway.s3 import xml
-from gateway.s3.errors import MalformedXML, render
+from gateway.s3.errors import render, response_headers
 
 T = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
 NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
@@ -20,6 +26,14 @@ def test_error_document():
     assert doc.findtext("Code") == "NoSuchKey"
     assert doc.findtext("Resource") == "/b/<k>"
     assert doc.findtext("RequestId") == "REQ1"
+
+
+def test_error_headers_come_from_the_error_fields():
+    assert response_headers(InvalidRange(size=5)) == {"Content-Range": "bytes */5"}
+    assert response_headers(InvalidRange()) == {}
+    assert response_headers(NotModified(etag='"e"', last_modified=T)) == {
+        "ETag": '"e"', "Last-Modified": "Fri, 02 Jan 2026 03:04:05 GMT"}
+    assert response_headers(NoSuchKey()) == {}
 
 
 def test_list_v2_url_encoding_and_escaping():
@@ -64,3 +78,30 @@ def test_parse_delete():
     assert keys == ["a", "b & c"] and quiet
     with pytest.raises(MalformedXML):
         xml.parse_delete(b"<Delete><Object><Nope/></Object></Delete>")
+
+
+def test_control_characters_are_character_references():
+    assert xmlshapes.escape("a&b<c>\r\t") == "a&amp;b&lt;c&gt;&#13;&#9;"
+    doc = ET.fromstring(xml.list_buckets([("a\rb", T)], "t"))
+    assert doc.findtext(f"{NS}Buckets/{NS}Bucket/{NS}Name") == "a\rb"  # a literal CR would read as LF
+
+
+def test_what_the_gateway_renders_s3lake_reads_back():
+    entries = [ListEntry("a b+&<c>\r", 3, '"e"', T), ListEntry("ü", 0, '"f"', T, "GLACIER")]
+    page = ListPage(entries=entries, common_prefixes=["p q/"], is_truncated=True, next_marker="p q/")
+    query = ListQuery(delimiter="/", max_keys=2)
+    assert lakexml.parse_list_objects(xml.list_objects("b", query, page, url_encode=True, owner="t"), False) == page
+    parts = PartsPage(parts=[PartInfo(1, '"x"', 5, T)], is_truncated=True, next_part_number_marker=1, max_parts=1)
+    assert lakexml.parse_list_parts(xml.list_parts("b", "k", "u", parts, "t")) == parts
+    uploads = UploadsPage(uploads=[UploadInfo("k&", "u1", T)], common_prefixes=[], is_truncated=False)
+    body = xml.list_uploads("b", UploadsQuery(), uploads, "t", url_encode=True)
+    assert lakexml.parse_list_uploads(body) == uploads
+    outcomes = [DeleteOutcome("a"), DeleteOutcome("b", "AccessDenied", "no")]
+    assert lakexml.parse_delete_result(xml.delete_result(outcomes, quiet=False)) == outcomes
+
+
+def test_what_s3lake_sends_the_gateway_parses():
+    keys = ["a&b<c>\r", "x"]
+    assert xml.parse_delete(xmlshapes.delete_request(keys)) == (keys, False)
+    assert xml.parse_complete_multipart(xmlshapes.complete_request([(1, '"a"'), (2, '"b"')])) == [(1, '"a"'), (2, '"b"')]
+    assert xml.parse_create_bucket(xmlshapes.create_bucket_request("eu-west-1")) == "eu-west-1"

@@ -21,8 +21,6 @@ import contextlib
 import hashlib
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import UTC, datetime
-from email.utils import format_datetime, parsedate_to_datetime
 from typing import ParamSpec, TypeVar
 from urllib.parse import quote
 
@@ -33,8 +31,24 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 
 from cachetier import errors
-from cachetier.lake.s3 import xml as s3xml
+from cachetier.lake import xmlshapes
 from cachetier.lake.conditions import Conditions
+from cachetier.lake.s3 import xml as s3xml
+from cachetier.lake.s3.headers import (
+    CHECKSUM_MODE,
+    attribute_headers,
+    condition_headers,
+    copy_source_headers,
+    http_datetime,
+    int_header,
+    lake_conditions,
+    object_info,
+    parse_content_range,
+    range_header,
+    response_headers,
+    unsatisfied_size,
+    write_result,
+)
 from cachetier.errors import (
     IncompleteBody,
     InvalidArgument,
@@ -50,7 +64,6 @@ from cachetier.errors import (
 )
 from cachetier.net.transport import LakeTransport
 from cachetier.lake import (
-    STORED_HEADERS,
     Body,
     BucketInfo,
     CopySource,
@@ -79,10 +92,6 @@ _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 # The code S3 means by a status it answers without a body (HEAD, some proxies); the other
 # statuses use their reason phrase (412 PreconditionFailed, 304 NotModified, ...).
 _CODE_BY_STATUS = {301: "PermanentRedirect", 403: "AccessDenied", 416: "InvalidRange"}
-# Response headers kept in ObjectInfo.headers besides STORED_HEADERS and x-amz-checksum-*.
-_INFO_HEADERS = ("x-amz-version-id", "x-amz-storage-class", "x-amz-mp-parts-count")
-# Asks S3 to return stored checksums on GET/HEAD (AWS only does when asked).
-_CHECKSUM_MODE = {"x-amz-checksum-mode": "ENABLED"}
 # How botocore 1.43's S3SigV4Auth is told to sign UNSIGNED-PAYLOAD (over http too); it
 # replaces an x-amz-content-sha256 header set before signing.
 _UNSIGNED_PAYLOAD = Config(s3={"payload_signing_enabled": False})
@@ -128,7 +137,7 @@ class S3Lake:
         return _parsed(s3xml.parse_list_buckets, response.content)
 
     async def create_bucket(self, bucket: str, location: str | None = None) -> None:
-        body = s3xml.create_bucket_request(location) if location else None
+        body = xmlshapes.create_bucket_request(location) if location else None
         await self._request("PUT", bucket, content=body, not_found="NoSuchBucket")
 
     async def head_bucket(self, bucket: str) -> None:
@@ -161,33 +170,32 @@ class S3Lake:
     # -- objects -----------------------------------------------------------------------------
 
     async def head_object(self, bucket: str, key: str) -> ObjectInfo:
-        response = await self._request("HEAD", bucket, key, headers=_CHECKSUM_MODE)
-        headers = _headers(response)
-        return _object_info(bucket, key, headers, _int_header(headers, "content-length"))
+        response = await self._request("HEAD", bucket, key, headers=CHECKSUM_MODE)
+        headers = response_headers(response)
+        return object_info(bucket, key, headers, int_header(headers, "content-length"))
 
     async def get_object(
         self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()
     ) -> ObjectStream:
-        request_headers = {**_CHECKSUM_MODE, **_condition_headers(_lake_conditions(conditions), "")}
+        request_headers = {**CHECKSUM_MODE, **condition_headers(lake_conditions(conditions), "")}
         if range is not None:
-            request_headers["range"] = range.header()
+            request_headers["range"] = range_header(range)
         try:
             response = await self._request("GET", bucket, key, headers=request_headers, stream=True)
         except InvalidRange as exc:
-            if not exc.headers:  # Ceph RGW 16.2 leaves out the Content-Range S3 sends with 416
+            if exc.size is None:  # Ceph RGW 16.2 leaves out the Content-Range S3 sends with 416
                 with contextlib.suppress(S3Error):
-                    size = (await self.head_object(bucket, key)).size
-                    exc.headers = {"Content-Range": f"bytes */{size}"}
+                    exc.size = (await self.head_object(bucket, key)).size
             raise
         try:
-            headers = _headers(response)
+            headers = response_headers(response)
             content_range = None
             if response.status_code == 206:
-                first, last, size = _parse_content_range(headers.get("content-range", ""))
+                first, last, size = parse_content_range(headers.get("content-range", ""))
                 content_range = (first, last)
             else:
-                size = _int_header(headers, "content-length")
-            info = _object_info(bucket, key, headers, size)
+                size = int_header(headers, "content-length")
+            info = object_info(bucket, key, headers, size)
             conditions.check(info.etag, info.last_modified)
         except BaseException:
             await response.aclose()
@@ -203,18 +211,18 @@ class S3Lake:
         attrs: ObjectAttributes,
         content_md5: str | None = None,
     ) -> WriteResult:
-        headers = _attribute_headers(attrs)
+        headers = attribute_headers(attrs)
         if content_md5 is not None:
             headers["content-md5"] = content_md5
         response = await self._request("PUT", bucket, key, headers=headers, content=body, length=length)
-        return _write_result(response)
+        return write_result(response)
 
     async def copy_object(
         self, source: CopySource, bucket: str, key: str, attrs: ObjectAttributes | None = None
     ) -> WriteResult:
-        headers = _copy_source_headers(source)
+        headers = copy_source_headers(source)
         if attrs is not None:
-            headers.update(_attribute_headers(attrs))
+            headers.update(attribute_headers(attrs))
             headers["x-amz-metadata-directive"] = "REPLACE"
         return await self._copy(bucket, key, {}, headers, "NoSuchKey")
 
@@ -222,7 +230,7 @@ class S3Lake:
         await self._request("DELETE", bucket, key)
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[DeleteOutcome]:
-        body = s3xml.delete_request(keys)
+        body = xmlshapes.delete_request(keys)
         headers = {"content-md5": base64.b64encode(hashlib.md5(body).digest()).decode("ascii")}
         # Deleting the same keys twice answers the same: safe to retry.
         response = await self._request(
@@ -234,7 +242,7 @@ class S3Lake:
 
     async def create_multipart_upload(self, bucket: str, key: str, attrs: ObjectAttributes) -> str:
         response = await self._request(
-            "POST", bucket, key, query={"uploads": None}, headers=_attribute_headers(attrs), not_found="NoSuchBucket"
+            "POST", bucket, key, query={"uploads": None}, headers=attribute_headers(attrs), not_found="NoSuchBucket"
         )
         return _parsed(s3xml.parse_upload_id, response.content)
 
@@ -253,14 +261,14 @@ class S3Lake:
         response = await self._request(
             "PUT", bucket, key, query=query, headers=headers, content=body, length=length, not_found="NoSuchUpload"
         )
-        return _write_result(response)
+        return write_result(response)
 
     async def upload_part_copy(
         self, source: CopySource, bucket: str, key: str, upload_id: str, part_number: int
     ) -> WriteResult:
         if "%" in source.key or source.conditions:
             return await self._upload_part_through(source, bucket, key, upload_id, part_number)
-        headers = _copy_source_headers(source)
+        headers = copy_source_headers(source)
         if source.range is not None:
             headers["x-amz-copy-source-range"] = await self._copy_range(source, source.range)
         query = {"partNumber": str(part_number), "uploadId": upload_id}
@@ -300,13 +308,13 @@ class S3Lake:
             # Ceph RGW 16.2 answers a failed x-amz-copy-if-none-match with 304; S3 says 412.
             raise PreconditionFailed() from None
         etag, last_modified = _parsed(s3xml.parse_copy_result, response.content)
-        return WriteResult(etag=etag, last_modified=last_modified, headers=_write_result(response).headers)
+        return WriteResult(etag=etag, last_modified=last_modified, headers=write_result(response).headers)
 
     async def _copy_range(self, source: CopySource, range: ByteRange) -> str:
         """``bytes=first-last``, the only form UploadPartCopy takes; an open or suffix range
         is resolved against the source's size (one HEAD)."""
         if range.first is not None and range.last is not None:
-            return range.header()
+            return range_header(range)
         size = (await self.head_object(source.bucket, source.key)).size
         try:
             first, last = range.resolve(size)
@@ -317,12 +325,12 @@ class S3Lake:
     async def complete_multipart_upload(
         self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
     ) -> WriteResult:
-        body = s3xml.complete_request(parts)
+        body = xmlshapes.complete_request(parts)
         response = await self._request(
             "POST", bucket, key, query={"uploadId": upload_id}, content=body, not_found="NoSuchUpload"
         )
         etag = _parsed(s3xml.parse_complete_etag, response.content)
-        result = _write_result(response)
+        result = write_result(response)
         if etag:
             return WriteResult(etag=etag, headers=result.headers)
         # Ceph RGW 16.2 answers with an empty <ETag/>: the object's HEAD has it. (Should a
@@ -488,13 +496,12 @@ async def _lake_error(response: httpx.Response, method: str, not_found: str) -> 
         code = not_found if status == 404 else _CODE_BY_STATUS.get(status, "")
         code = code or httpx.codes.get_reason_phrase(status).replace(" ", "") or "InternalError"
     error = from_lake(code, status, message or None)
-    headers = _headers(response)
-    if status == 416 and "content-range" in headers:
-        error.headers = {"Content-Range": headers["content-range"]}
-    elif status == 304:
-        error.headers = {
-            name: headers[name.lower()] for name in ("ETag", "Last-Modified") if name.lower() in headers
-        }
+    headers = response_headers(response)
+    if isinstance(error, InvalidRange):
+        error.size = unsatisfied_size(headers)
+    elif isinstance(error, NotModified):
+        error.etag = headers.get("etag")
+        error.last_modified = http_datetime(headers.get("last-modified"))
     return error
 
 
@@ -551,7 +558,7 @@ class _ResponseBody:
         await self._response.aclose()
 
 
-# -- headers in and out ------------------------------------------------------------------------
+# -- header values and paths on the wire (the header mapping is cachetier.lake.s3.headers) ---
 
 
 def _wire_value(value: str) -> bytes:
@@ -575,132 +582,6 @@ def _escape_dot_segments(path: str) -> str:
     if "." not in segments and ".." not in segments:
         return path
     return "/".join(s.replace(".", "%2E") if s in (".", "..") else s for s in segments)
-
-
-def _headers(response: httpx.Response) -> dict[str, str]:
-    """The response headers, lower-case names, values as latin-1 str (repeats joined)."""
-    out: dict[str, str] = {}
-    for raw_name, raw_value in response.headers.raw:
-        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
-        out[name] = f"{out[name]}, {value}" if name in out else value
-    return out
-
-
-def _is_stored(name: str) -> bool:
-    return name in STORED_HEADERS or name.startswith("x-amz-checksum-")
-
-
-def _attribute_headers(attrs: ObjectAttributes) -> dict[str, str]:
-    """Request headers that store ``attrs``. Other ``attrs.headers`` (anything not a stored
-    representation header, checksum or storage class) are not forwarded to the lake."""
-    headers = {}
-    if attrs.content_type is not None:
-        headers["content-type"] = attrs.content_type
-    for name, value in attrs.metadata.items():
-        headers["x-amz-meta-" + name.lower()] = value
-    for name, value in attrs.headers.items():
-        if _is_stored(name.lower()) or name.lower() == "x-amz-storage-class":
-            headers[name.lower()] = value
-    return headers
-
-
-def _http_date(value: datetime) -> str:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return format_datetime(value.astimezone(UTC), usegmt=True)
-
-
-def _condition_headers(conditions: Conditions, prefix: str) -> dict[str, str]:
-    """``if-*`` headers (``prefix`` ``""``) or their ``x-amz-copy-source-if-*`` twins."""
-    headers = {}
-    if conditions.if_match is not None:
-        headers[prefix + "if-match"] = conditions.if_match
-    if conditions.if_none_match is not None:
-        headers[prefix + "if-none-match"] = conditions.if_none_match
-    if conditions.if_modified_since is not None:
-        headers[prefix + "if-modified-since"] = _http_date(conditions.if_modified_since)
-    if conditions.if_unmodified_since is not None:
-        headers[prefix + "if-unmodified-since"] = _http_date(conditions.if_unmodified_since)
-    return headers
-
-
-def _lake_conditions(conditions: Conditions) -> Conditions:
-    """The conditions a GET sends the lake; ``get_object`` checks all of them again on the
-    answer. Ceph RGW 16.2 compares If-Match / If-None-Match as one opaque string, failing
-    ``*`` and lists of ETags: those stay here, with the date each one overrides."""
-
-    def plain(etags: str | None) -> bool:
-        return etags is not None and "," not in etags and etags.strip() != "*"
-
-    if_match = conditions.if_match if plain(conditions.if_match) else None
-    if_none_match = conditions.if_none_match if plain(conditions.if_none_match) else None
-    return Conditions(
-        if_match=if_match,
-        if_none_match=if_none_match,
-        if_unmodified_since=conditions.if_unmodified_since if conditions.if_match is None else None,
-        if_modified_since=conditions.if_modified_since if conditions.if_none_match is None else None,
-    )
-
-
-def _copy_source_headers(source: CopySource) -> dict[str, str]:
-    headers = {"x-amz-copy-source": f"/{quote(source.bucket, safe='')}/{quote(source.key, safe='/~')}"}
-    headers.update(_condition_headers(source.conditions, "x-amz-copy-source-"))
-    # Ceph RGW 16.2 ignores the documented x-amz-copy-source-if-* and reads x-amz-copy-if-*
-    # instead; S3 ignores x-amz headers it does not know, so both are sent.
-    headers.update(_condition_headers(source.conditions, "x-amz-copy-"))
-    return headers
-
-
-def _int_header(headers: Mapping[str, str], name: str) -> int:
-    try:
-        return int(headers[name])
-    except (KeyError, ValueError):
-        raise ServiceUnavailable(f"The lake sent no valid {name}.") from None
-
-
-def _parse_content_range(value: str) -> tuple[int, int, int]:
-    """(first, last, size) of ``bytes first-last/size``."""
-    try:
-        unit, _, spec = value.strip().partition(" ")
-        span, _, size = spec.partition("/")
-        first, _, last = span.partition("-")
-        if unit != "bytes":
-            raise ValueError(unit)
-        return int(first), int(last), int(size)
-    except ValueError:
-        raise ServiceUnavailable("The lake sent an invalid Content-Range.") from None
-
-
-def _last_modified(headers: Mapping[str, str]) -> datetime:
-    value = headers.get("last-modified")
-    try:
-        parsed = parsedate_to_datetime(value) if value else None
-    except (TypeError, ValueError):
-        parsed = None
-    if parsed is None:
-        return datetime.now(UTC)  # S3 always sends one; a lake that does not is "just now"
-    if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
-
-
-def _object_info(bucket: str, key: str, headers: Mapping[str, str], size: int) -> ObjectInfo:
-    return ObjectInfo(
-        bucket=bucket,
-        key=key,
-        size=size,
-        etag=s3xml.quoted(headers.get("etag", "")),
-        last_modified=_last_modified(headers),
-        content_type=headers.get("content-type", "binary/octet-stream"),
-        metadata={n[len("x-amz-meta-") :]: v for n, v in headers.items() if n.startswith("x-amz-meta-")},
-        headers={n: v for n, v in headers.items() if _is_stored(n) or n in _INFO_HEADERS},
-    )
-
-
-def _write_result(response: httpx.Response) -> WriteResult:
-    headers = _headers(response)
-    kept = {n: v for n, v in headers.items() if n.startswith("x-amz-checksum-") or n == "x-amz-version-id"}
-    return WriteResult(etag=s3xml.quoted(headers.get("etag", "")), headers=kept)
 
 
 def _parsed(parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

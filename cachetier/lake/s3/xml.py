@@ -1,37 +1,22 @@
-"""The XML bodies of S3's REST API, as ``S3Lake`` reads and writes them: parsing a lake's
-answers into the types of :mod:`cachetier.lake`, and building the few request bodies S3 takes.
-
-Parsing ignores namespaces (Ceph RGW sends its listings in S3's and its errors in none) and
-goes through defusedxml: a lake's answer is input like any other. A body that is not the XML
-expected raises ``LakeXMLError``; ``S3Lake`` maps it at the lake boundary.
+"""The XML of S3's REST API as ``S3Lake`` reads it: a lake's answers parsed into the types of
+:mod:`cachetier.lake`, with the quirks of the lakes met so far. The element shapes, escaping,
+parsing and the request bodies ``S3Lake`` sends are :mod:`cachetier.lake.xmlshapes`, shared
+with the gateway. A body that is not the XML expected raises ``LakeXMLError``; ``S3Lake`` maps
+it at the lake boundary.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from urllib.parse import unquote_plus
-from xml.etree.ElementTree import Element, ParseError
+from xml.etree.ElementTree import Element
 
-from defusedxml import DefusedXmlException
-from defusedxml.ElementTree import fromstring
+from cachetier.lake import BucketInfo, DeleteOutcome, ListPage, PartsPage, UploadsPage
+from cachetier.lake import xmlshapes
+from cachetier.lake.xmlshapes import quoted, read_bool, read_int, read_timestamp
 
-from cachetier.lake import (
-    BucketInfo,
-    DeleteOutcome,
-    ListEntry,
-    ListPage,
-    PartInfo,
-    PartsPage,
-    UploadInfo,
-    UploadsPage,
-)
-
-S3_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
-_DECLARATION = '<?xml version="1.0" encoding="UTF-8"?>'
-
-
-class LakeXMLError(ValueError):
-    """A lake answer that is not the XML S3 documents."""
+# A lake answer that is not the XML S3 documents (the shared parser's error, named for S3Lake).
+LakeXMLError = xmlshapes.ShapeError
 
 
 class ErrorDocument(Exception):
@@ -51,52 +36,10 @@ def parse(body: bytes) -> Element:
     """
     # S3 keeps a long copy or complete alive by sending whitespace before the XML
     # declaration, which a parser would reject.
-    try:
-        root = fromstring(body.lstrip())
-    except (ParseError, DefusedXmlException) as exc:
-        raise LakeXMLError(f"the lake sent malformed XML ({exc})") from exc
-    for element in root.iter():
-        if isinstance(element.tag, str) and element.tag.startswith("{"):
-            element.tag = element.tag.split("}", 1)[1]
+    root = xmlshapes.parse(body.lstrip())
     if root.tag == "Error":
         raise ErrorDocument(root.findtext("Code") or "", root.findtext("Message") or "")
     return root
-
-
-def parse_timestamp(text: str | None) -> datetime:
-    """An ISO 8601 timestamp from a listing (``2024-05-01T12:00:00.000Z``), aware, in UTC."""
-    if not text:
-        raise LakeXMLError("the lake sent no timestamp where S3 always sends one")
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError as exc:
-        raise LakeXMLError(f"the lake sent an invalid timestamp {text!r}") from exc
-    if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
-
-
-def quoted(etag: str) -> str:
-    """An ETag as S3 sends it, in double quotes (Ceph RGW 16.2 leaves them off in copy
-    results); an empty one stays empty."""
-    etag = etag.strip()
-    if not etag or (len(etag) >= 2 and etag.startswith('"') and etag.endswith('"')):
-        return etag
-    return f'"{etag}"'
-
-
-def _int(element: Element, path: str, default: int = 0) -> int:
-    text = element.findtext(path)
-    if not text:
-        return default
-    try:
-        return int(text)
-    except ValueError as exc:
-        raise LakeXMLError(f"the lake sent a non-integer {path} {text!r}") from exc
-
-
-def _bool(element: Element, path: str) -> bool:
-    return (element.findtext(path) or "").strip().lower() == "true"
 
 
 def _decode(text: str) -> str:
@@ -116,11 +59,7 @@ def _next_marker(sent: str, last_key: str | None, last_prefix: str | None) -> st
 
 
 def parse_list_buckets(body: bytes) -> list[BucketInfo]:
-    root = parse(body)
-    return [
-        BucketInfo(name=b.findtext("Name") or "", created=parse_timestamp(b.findtext("CreationDate")))
-        for b in root.iterfind("Buckets/Bucket")
-    ]
+    return [xmlshapes.read_bucket(b) for b in parse(body).iterfind("Buckets/Bucket")]
 
 
 def parse_location(body: bytes) -> str:
@@ -130,18 +69,9 @@ def parse_location(body: bytes) -> str:
 
 def parse_list_objects(body: bytes, v2: bool) -> ListPage:
     root = parse(body)
-    entries = [
-        ListEntry(
-            key=_decode(c.findtext("Key") or ""),
-            size=_int(c, "Size"),
-            etag=quoted(c.findtext("ETag") or ""),
-            last_modified=parse_timestamp(c.findtext("LastModified")),
-            storage_class=c.findtext("StorageClass") or "STANDARD",
-        )
-        for c in root.iterfind("Contents")
-    ]
-    prefixes = [_decode(p.findtext("Prefix") or "") for p in root.iterfind("CommonPrefixes")]
-    truncated = _bool(root, "IsTruncated")
+    entries = [xmlshapes.read_contents(c, _decode) for c in root.iterfind("Contents")]
+    prefixes = xmlshapes.read_common_prefixes(root, _decode)
+    truncated = read_bool(root, "IsTruncated")
     next_marker = root.findtext("NextMarker")
     token = root.findtext("NextContinuationToken")
     if truncated and not v2 and next_marker:
@@ -163,24 +93,11 @@ def parse_copy_result(body: bytes) -> tuple[str, datetime | None]:
     if not etag:
         raise LakeXMLError(f"the lake answered a copy with <{root.tag}> and no ETag")
     modified = root.findtext("LastModified")
-    return quoted(etag), parse_timestamp(modified) if modified else None
+    return quoted(etag), read_timestamp(modified) if modified else None
 
 
 def parse_delete_result(body: bytes) -> list[DeleteOutcome]:
-    root = parse(body)
-    outcomes = []
-    for element in root:
-        if element.tag == "Deleted":
-            outcomes.append(DeleteOutcome(key=element.findtext("Key") or ""))
-        elif element.tag == "Error":
-            outcomes.append(
-                DeleteOutcome(
-                    key=element.findtext("Key") or "",
-                    code=element.findtext("Code") or "InternalError",
-                    message=element.findtext("Message") or None,
-                )
-            )
-    return outcomes
+    return xmlshapes.read_delete_outcomes(parse(body))
 
 
 def parse_upload_id(body: bytes) -> str:
@@ -198,37 +115,21 @@ def parse_complete_etag(body: bytes) -> str:
 
 def parse_list_parts(body: bytes) -> PartsPage:
     root = parse(body)
-    parts = [
-        PartInfo(
-            part_number=_int(p, "PartNumber"),
-            etag=quoted(p.findtext("ETag") or ""),
-            size=_int(p, "Size"),
-            last_modified=parse_timestamp(p.findtext("LastModified")),
-        )
-        for p in root.iterfind("Part")
-    ]
-    truncated = _bool(root, "IsTruncated")
+    truncated = read_bool(root, "IsTruncated")
     return PartsPage(
-        parts=parts,
+        parts=[xmlshapes.read_part(p) for p in root.iterfind("Part")],
         is_truncated=truncated,
-        next_part_number_marker=_int(root, "NextPartNumberMarker") if truncated else None,
-        part_number_marker=_int(root, "PartNumberMarker"),
-        max_parts=_int(root, "MaxParts", 1000),
+        next_part_number_marker=read_int(root, "NextPartNumberMarker") if truncated else None,
+        part_number_marker=read_int(root, "PartNumberMarker"),
+        max_parts=read_int(root, "MaxParts", 1000),
     )
 
 
 def parse_list_uploads(body: bytes) -> UploadsPage:
     root = parse(body)
-    uploads = [
-        UploadInfo(
-            key=_decode(u.findtext("Key") or ""),
-            upload_id=u.findtext("UploadId") or "",
-            initiated=parse_timestamp(u.findtext("Initiated")),
-        )
-        for u in root.iterfind("Upload")
-    ]
-    prefixes = [_decode(p.findtext("Prefix") or "") for p in root.iterfind("CommonPrefixes")]
-    truncated = _bool(root, "IsTruncated")
+    uploads = [xmlshapes.read_upload(u, _decode) for u in root.iterfind("Upload")]
+    prefixes = xmlshapes.read_common_prefixes(root, _decode)
+    truncated = read_bool(root, "IsTruncated")
     next_key = root.findtext("NextKeyMarker")
     if truncated and next_key:
         last_key = uploads[-1].key if uploads else None
@@ -241,33 +142,3 @@ def parse_list_uploads(body: bytes) -> UploadsPage:
         next_key_marker=next_key if truncated and next_key else None,
         next_upload_id_marker=next_upload if truncated and next_upload else None,
     )
-
-
-def escape(text: str) -> str:
-    """``text`` as XML character data. Control characters become character references, as
-    S3 documents for keys: a literal CR would be read back as LF by any XML parser."""
-    out = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    if any(ord(c) < 0x20 for c in out):
-        out = "".join(f"&#{ord(c)};" if ord(c) < 0x20 else c for c in out)
-    return out
-
-
-def delete_request(keys: list[str]) -> bytes:
-    objects = "".join(f"<Object><Key>{escape(k)}</Key></Object>" for k in keys)
-    return f'{_DECLARATION}<Delete xmlns="{S3_NAMESPACE}"><Quiet>false</Quiet>{objects}</Delete>'.encode()
-
-
-def complete_request(parts: list[tuple[int, str]]) -> bytes:
-    listed = "".join(
-        f"<Part><PartNumber>{number}</PartNumber><ETag>{escape(etag)}</ETag></Part>" for number, etag in parts
-    )
-    return (
-        f'{_DECLARATION}<CompleteMultipartUpload xmlns="{S3_NAMESPACE}">{listed}</CompleteMultipartUpload>'
-    ).encode()
-
-
-def create_bucket_request(location: str) -> bytes:
-    return (
-        f'{_DECLARATION}<CreateBucketConfiguration xmlns="{S3_NAMESPACE}">'
-        f"<LocationConstraint>{escape(location)}</LocationConstraint></CreateBucketConfiguration>"
-    ).encode()

@@ -7,11 +7,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from cachetier.lake.conditions import Conditions, parse_http_date
-from cachetier.lake.ranges import ByteRange
+from cachetier.errors import AccessDenied, InvalidArgument, InvalidBucketName, KeyTooLongError, Unimplemented
 from cachetier.lake import CHECKSUM_HEADERS, STORED_HEADERS, CopySource, Lake, ObjectAttributes, ObjectInfo
 from gateway.s3.body import RequestBody
-from gateway.s3.errors import AccessDenied, InvalidArgument, InvalidBucketName, KeyTooLongError, Unimplemented
+from gateway.s3.headers import byte_range, conditions
 from gateway.s3.request import S3Request
 from gateway.s3.response import Response, http_date
 from gateway.tenants import Tenant
@@ -95,9 +94,10 @@ def attributes(headers: dict[str, str], *, with_checksums: bool = False) -> Obje
     )
 
 
-def object_headers(info: ObjectInfo, req: S3Request, *, whole: bool) -> dict[str, str]:
+def object_headers(info: ObjectInfo, req: S3Request, *, served: tuple[int, int] | None) -> dict[str, str]:
     """Response headers describing an object, as S3 sends them on GET and HEAD (names in
-    lower case, so that a response-* override replaces the stored header, not adds to it)."""
+    lower case, so that a response-* override replaces the stored header, not adds to it);
+    ``served`` is the inclusive byte range answered with 206, None for the whole object."""
     h = {
         "last-modified": http_date(info.last_modified),
         "etag": info.etag,
@@ -106,7 +106,7 @@ def object_headers(info: ObjectInfo, req: S3Request, *, whole: bool) -> dict[str
     }
     checksum_mode = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
     for name, value in info.headers.items():
-        if name in CHECKSUM_HEADERS and not (checksum_mode and whole):
+        if name in CHECKSUM_HEADERS and not (checksum_mode and served is None):
             continue
         h[name] = value
     for name, value in info.metadata.items():
@@ -114,6 +114,8 @@ def object_headers(info: ObjectInfo, req: S3Request, *, whole: bool) -> dict[str
     for param, header in _OVERRIDES.items():
         if param in req.query:
             h[header] = req.query[param]
+    if served is not None:
+        h["content-range"] = f"bytes {served[0]}-{served[1]}/{info.size}"
     return h
 
 
@@ -133,15 +135,10 @@ def copy_source(call: Call, *, with_range: bool) -> CopySource:
     if not call.tenant.may_use(bucket):
         raise AccessDenied(resource=f"/{bucket}/{key}")
     h = call.req.headers
-    cond = Conditions(
-        if_match=h.get("x-amz-copy-source-if-match"),
-        if_none_match=h.get("x-amz-copy-source-if-none-match"),
-        if_modified_since=parse_http_date(h.get("x-amz-copy-source-if-modified-since")),
-        if_unmodified_since=parse_http_date(h.get("x-amz-copy-source-if-unmodified-since")),
-    )
+    cond = conditions(h, "x-amz-copy-source-")
     rng = None
     if with_range and "x-amz-copy-source-range" in h:
-        rng = ByteRange.parse(h["x-amz-copy-source-range"])
+        rng = byte_range(h["x-amz-copy-source-range"])
         if rng is None or rng.suffix is not None or rng.last is None:
             raise InvalidArgument("The x-amz-copy-source-range value must be of the form bytes=first-last")
     return CopySource(bucket=bucket, key=key, conditions=cond, range=rng)

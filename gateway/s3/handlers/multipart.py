@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from cachetier.errors import InvalidArgument
 from cachetier.lake import UploadsQuery
 from gateway.s3 import xml
-from gateway.s3.errors import InvalidArgument
 from gateway.s3.handlers.common import Call, attributes, check_key, copy_source, int_arg, url_encoding
 from gateway.s3.response import Response
 

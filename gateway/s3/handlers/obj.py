@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from cachetier.lake.conditions import Conditions
-from cachetier.lake.ranges import ByteRange
+from cachetier.errors import InvalidArgument, InvalidRequest, Unimplemented
 from gateway.s3 import xml
-from gateway.s3.errors import InvalidArgument, InvalidRequest, Unimplemented
 from gateway.s3.handlers.common import Call, attributes, check_key, copy_source, object_headers
+from gateway.s3.headers import byte_range, conditions
 from gateway.s3.response import Response
 
 
@@ -18,29 +17,22 @@ def _no_part_number(call: Call) -> None:
 async def head_object(call: Call) -> Response:
     _no_part_number(call)
     info = await call.lake.head_object(call.bucket, call.key)
-    Conditions.from_headers(call.req.headers.get).check(info.etag, info.last_modified)
-    rng = ByteRange.parse(call.req.headers.get("range"))
-    headers = object_headers(info, call.req, whole=rng is None)
+    conditions(call.req.headers).check(info.etag, info.last_modified)
+    rng = byte_range(call.req.headers.get("range"))
     if rng is None:
-        return Response(headers=headers, length=info.size)
+        return Response(headers=object_headers(info, call.req, served=None), length=info.size)
     start, end = rng.resolve(info.size)
-    headers["content-range"] = f"bytes {start}-{end}/{info.size}"
+    headers = object_headers(info, call.req, served=(start, end))
     return Response(status=206, headers=headers, length=end - start + 1)
 
 
 async def get_object(call: Call) -> Response:
     _no_part_number(call)
-    rng = ByteRange.parse(call.req.headers.get("range"))
-    stream = await call.lake.get_object(
-        call.bucket, call.key, rng, Conditions.from_headers(call.req.headers.get)
-    )
+    rng = byte_range(call.req.headers.get("range"))
+    stream = await call.lake.get_object(call.bucket, call.key, rng, conditions(call.req.headers))
     stream = await stream.started()  # the head goes out with the first bytes
-    headers = object_headers(stream.info, call.req, whole=stream.content_range is None)
-    if stream.content_range is None:
-        return Response(headers=headers, stream=stream)
-    start, end = stream.content_range
-    headers["content-range"] = f"bytes {start}-{end}/{stream.info.size}"
-    return Response(status=206, headers=headers, stream=stream)
+    headers = object_headers(stream.info, call.req, served=stream.content_range)
+    return Response(status=200 if stream.content_range is None else 206, headers=headers, stream=stream)
 
 
 async def put_object(call: Call) -> Response:
