@@ -1,10 +1,11 @@
 """The boto3 conformance suite, one body of tests for every tier that has S3 endpoints to check.
 
 A tier runs it by subclassing ``ConformanceSuite`` as ``TestConformance`` in a test module of
-its own (a basename unique across tiers), and its conftest.py provides the fixtures the suite asks for: ``target``
-(a helpers.Target, parametrised over the tier's endpoints), ``s3`` (a boto3 client for it),
-``bucket`` (a fresh bucket there), and ``rgw_target`` / ``rgw_s3`` (the RGW itself, for the
-tests that compare with it; a tier without one skips them). The tiers:
+its own (a basename unique across tiers), and its conftest.py provides the fixtures the suite
+asks for: ``target`` (a helpers.Target, parametrised over the tier's endpoints), ``s3`` (a boto3
+client for it, see target_client), ``bucket`` (a fresh bucket there, see fresh_bucket), and
+``rgw_target`` / ``rgw_s3`` (the RGW itself, for the tests that compare with it; a tier without
+one skips them). The tiers:
 
     tests/integration   Ceph RGW itself, and `lakegate serve` in front of RGW or of its folder
                         lake, over HTTP and HTTPS
