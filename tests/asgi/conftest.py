@@ -12,6 +12,7 @@ that need the RGW itself (as the reference answer) are skipped here, with the re
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,7 @@ def _app(folder: Path, lake: Lake | None) -> LakegateApp:
     tenants = folder / "tenants.toml"
     tenants.write_text(ALICE.to_toml())
     settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]  # a developer's .env must not change the app
+        _env_file=None,  # a developer's .env must not change the app
         lake=f"dir:{folder / 'lake'}",
         tenants_file=tenants,
         cache_dir=folder / "cache",
@@ -62,9 +63,16 @@ def _app(folder: Path, lake: Lake | None) -> LakegateApp:
     return LakegateApp(settings, lake=lake)
 
 
+def _no_network(*_: Any) -> None:
+    raise AssertionError("the asgi tier opened a network connection")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _asgi_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    with boto3_defaults_only(tmp_path_factory.mktemp("aws")):
+    """boto3 on its defaults, and no socket may connect: a request that missed the bridge fails."""
+    with boto3_defaults_only(tmp_path_factory.mktemp("aws")), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(socket.socket, "connect", _no_network)
+        mp.setattr(socket.socket, "connect_ex", _no_network)
         yield
 
 
