@@ -1,7 +1,8 @@
 """Test-suite wide set-up.
 
-Tiers: tests/unit (pure, fast, no network) and tests/integration (a real Ceph RGW, and
-lakegate processes started in front of it; `make test` provides the RGW).
+Tiers: tests/unit (pure, fast, no network), tests/asgi (the boto3 conformance suite against the
+ASGI app in-process: no Ceph, no sockets) and tests/integration (a real Ceph RGW, and lakegate
+processes started in front of it; `make test` provides the RGW).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ TESTS_DIR = Path(__file__).resolve().parent
 # tiers are packages.
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
+
+# the conformance suite the asgi and integration tiers share: its asserts explain themselves too
+pytest.register_assert_rewrite("conformance")
 
 from helpers import TARGETS
 

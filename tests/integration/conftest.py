@@ -1,4 +1,5 @@
-"""Integration tier: one boto3 conformance suite, run against several S3 endpoints.
+"""Integration tier: the boto3 conformance suite (tests/conformance.py, shared with tests/asgi),
+and the tier's other suites, run against several S3 endpoints.
 
 Like moto's boto3 suite rerun against a live server, every test takes the session-scoped,
 parametrised `target` fixture and runs once per endpoint:
@@ -26,15 +27,14 @@ from typing import Any
 
 import pytest
 import trustme
+from conformance import boto3_defaults_only, fresh_bucket, target_client
 from helpers import (
     ALICE,
     TARGETS,
     GatewayProcess,
     Target,
-    empty_and_delete_bucket,
     free_port,
     gateway_environment,
-    unique_bucket_name,
 )
 
 _TARGET_FIXTURES = {
@@ -45,29 +45,13 @@ _TARGET_FIXTURES = {
     "gw-dir-tls": "gateway_dir_tls_target",
 }
 
-# boto3/awscli settings from the environment that would change what the suite sends
-_AWS_CONFIG_VARIABLES = (
-    "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_CA_BUNDLE", "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3", "AWS_REQUEST_CHECKSUM_CALCULATION",
-    "AWS_RESPONSE_CHECKSUM_VALIDATION", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE",
-    "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _integration_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     if not os.environ.get("S3_ENDPOINT_URL"):
         pytest.skip("S3_ENDPOINT_URL is not set: the integration tier needs a Ceph RGW "
                     "(`make test` starts one; or source the s3.env that "
                     "deploy/ceph/start-ceph.sh writes)")
-    # boto3 defaults only: no user config file, profile or overrides
-    empty = tmp_path_factory.mktemp("aws") / "config"
-    empty.write_text("")
-    with pytest.MonkeyPatch.context() as mp:
-        for name in _AWS_CONFIG_VARIABLES:
-            mp.delenv(name, raising=False)
-        mp.setenv("AWS_CONFIG_FILE", str(empty))
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
+    with boto3_defaults_only(tmp_path_factory.mktemp("aws")):
         yield
 
 
@@ -175,10 +159,8 @@ def target(request: pytest.FixtureRequest) -> Target:
 
 @pytest.fixture(scope="session")
 def s3(target: Target) -> Iterator[Any]:
-    """boto3 S3 client for the target: default config, SigV4, path-style addressing."""
-    client = target.client()
-    yield client
-    client.close()  # before the gateway stops: no idle keep-alive connection holds it up
+    """boto3 S3 client for the target (conformance.target_client)."""
+    yield from target_client(target)
 
 
 @pytest.fixture(scope="session")
@@ -191,11 +173,8 @@ def rgw_s3(rgw_target: Target) -> Iterator[Any]:
 
 @pytest.fixture
 def bucket(s3: Any, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh, uniquely named bucket on the target, emptied and deleted afterwards."""
-    name = unique_bucket_name(request.node.originalname.removeprefix("test_"))
-    s3.create_bucket(Bucket=name)
-    yield name
-    empty_and_delete_bucket(s3, name)
+    """A fresh bucket on the target, deleted afterwards (conformance.fresh_bucket)."""
+    yield from fresh_bucket(s3, request)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_readpath import BS, B, CountingLake, MemoryLake, counts, drain, put, read, run, until
+from doubles import CountingLake, memory_lake
+from test_readpath import BS, B, counts, drain, put, read, run, until
 from test_readpath_cluster import key_owned_by, nodes, settle
 
 from cachetier.blocks.ids import BlockId
@@ -97,7 +98,7 @@ def _concurrent_cold_reads(lake: CountingLake, readers: list[tuple[ReadPath, str
 def test_l1_hits_and_misses_add_up_to_every_block_read() -> None:
     """100 block reads, 48 of them filled from the lake: l1_misses says 52 (the fills and the
     reads that joined them), and L1's hit ratio is the one the clients saw."""
-    lake = CountingLake(MemoryLake())
+    lake = CountingLake(memory_lake(B))
     store = MemoryBlockStore(1 << 30)
     reads = ReadPath(lake, store, CacheStats(), block_size=BS, meta_ttl=60.0,  # type: ignore[arg-type]
                      readahead=0, clock=lambda: 1000.0)
@@ -124,7 +125,7 @@ def test_l1_hits_and_misses_add_up_to_every_block_read() -> None:
 def test_each_tier_counts_the_reads_that_asked_it_across_a_cluster() -> None:
     """L1 hits, L2 hits (local and over the peer API), lake fills, and coalesced fetches at both
     the reader and the owner, each counted by the tier that was asked and nowhere else."""
-    lake = CountingLake(MemoryLake())
+    lake = CountingLake(memory_lake(B))
     owner, reader, third = nodes(lake, 3)
     x, y = key_owned_by(owner), key_owned_by(owner, besides=key_owned_by(owner))
 

@@ -18,7 +18,8 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 import pytest
-from test_readpath import BS, B, Clock, CountingLake, MemoryLake, put, run
+from doubles import Clock, CountingLake, memory_lake
+from test_readpath import BS, B, put, run
 from test_readpath_cluster import Node, nodes
 
 from cachetier.cluster.node import Cluster
@@ -39,7 +40,7 @@ SENDER = Member("n9", "http://n9:9000")  # the peer that calls the node under te
 
 @pytest.fixture
 def lake() -> CountingLake:
-    return CountingLake(MemoryLake())
+    return CountingLake(memory_lake(B))
 
 
 def peer_api(node: Node, secret: bytes = SECRET) -> PeerAPI:

@@ -1,21 +1,20 @@
-"""The read path and write-through without a network: ReadPath and CachedLake over an in-memory
-lake (``MemoryLake`` below) or DirLake (every test that takes the ``lake`` fixture runs on
-both, which checks the twin against the real thing), with the in-memory block store, a wrapper that counts
-(and can hold) lake calls, and an injected clock. Sync tests drive the async code with
+"""The read path and write-through without a network: ReadPath and CachedLake over the in-memory
+lake (``MemoryLake``) or DirLake (every test that takes the ``lake`` fixture runs on both), with
+the in-memory block store, a wrapper that counts (and can hold) lake calls, and an injected clock
+(the last two from tests/doubles.py). Sync tests drive the async code with
 asyncio.run; the block size is 1 KiB, so objects of a few KiB cross many blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from doubles import Clock, CountingLake, memory_lake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,14 +26,7 @@ from cachetier.lake.conditions import Conditions
 from cachetier.context import RequestContext, current
 from cachetier.lake.dirlake import DirLake
 from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
-from cachetier.lake import (
-    Body,
-    Lake,
-    ObjectAttributes,
-    ObjectInfo,
-    ObjectStream,
-    WriteResult,
-)
+from cachetier.lake import Lake, ObjectAttributes, ObjectStream, WriteResult
 from cachetier.lake.ranges import ByteRange
 from cachetier.lake.s3.headers import range_header
 from cachetier.read.path import ObjectChanged, ReadPath
@@ -45,110 +37,16 @@ B = "bkt"
 TENANT = "t"
 
 
-# ---- lakes -------------------------------------------------------------------------------------
-
-
-class MemoryLake:
-    """The part of the Lake contract ReadPath and CachedLake use, in memory: quoted MD5 ETags,
-    Range and If-Match evaluated as S3 does (conditions first), bodies in small chunks."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str], tuple[bytes, ObjectInfo]] = {}
-        self._generation = 0
-
-    async def create_bucket(self, bucket: str, location: str | None = None) -> None:
-        pass
-
-    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
-        try:
-            return self.objects[(bucket, key)][1]
-        except KeyError:
-            raise NoSuchKey(resource=key) from None
-
-    async def get_object(
-        self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()
-    ) -> ObjectStream:
-        info = await self.head_object(bucket, key)
-        data = self.objects[(bucket, key)][0]
-        conditions.check(info.etag, info.last_modified)
-        content_range = range.resolve(info.size) if range is not None else None
-        start, end = content_range or (0, info.size - 1)
-        return ObjectStream(info, content_range, _chunked(data[start : end + 1]))
-
-    async def put_object(
-        self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes,
-        content_md5: str | None = None,
-    ) -> WriteResult:
-        data = b"".join([chunk async for chunk in body])
-        assert len(data) == length
-        self._generation += 1
-        info = ObjectInfo(bucket, key, len(data), f'"{hashlib.md5(data).hexdigest()}"',
-                          datetime(2026, 1, 1, 0, 0, self._generation % 60, tzinfo=UTC))
-        self.objects[(bucket, key)] = (data, info)
-        return WriteResult(etag=info.etag, last_modified=info.last_modified)
-
-    async def delete_object(self, bucket: str, key: str) -> None:
-        self.objects.pop((bucket, key), None)
-
-    async def aclose(self) -> None:
-        pass
-
-
-async def _chunked(data: bytes, size: int = 300) -> AsyncIterator[bytes]:
-    for start in range(0, len(data), size):
-        await asyncio.sleep(0)  # let other readers in between chunks
-        yield data[start : start + size]
-
-
-class CountingLake:
-    """Wraps a lake: records HEADs and GETs (the Range header sent, None for a whole object),
-    and holds GETs or HEADs while ``hold_gets`` / ``hold_heads`` is set and not released. A held
-    HEAD has its answer already: the lake answered, the answer is on its way."""
-
-    def __init__(self, lake: Any) -> None:
-        self.lake = lake
-        self.heads: list[str] = []
-        self.answered_heads = 0
-        self.gets: list[tuple[str, str | None]] = []
-        self.hold_gets: asyncio.Event | None = None
-        self.hold_heads: asyncio.Event | None = None
-
-    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
-        self.heads.append(key)
-        info: ObjectInfo = await self.lake.head_object(bucket, key)
-        self.answered_heads += 1
-        if self.hold_heads is not None:
-            await self.hold_heads.wait()
-        return info
-
-    async def get_object(
-        self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()
-    ) -> ObjectStream:
-        self.gets.append((key, range_header(range) if range is not None else None))
-        if self.hold_gets is not None:
-            await self.hold_gets.wait()
-        stream: ObjectStream = await self.lake.get_object(bucket, key, range, conditions)
-        return stream
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.lake, name)
+# ---- lakes ------------------------------------------------------------------------------------
 
 
 @pytest.fixture(params=["memory", "dir"])
 def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CountingLake]:
     """A counting wrapper around each kind of lake, with bucket ``B``."""
-    inner: Any = MemoryLake() if request.param == "memory" else DirLake(tmp_path / "lake")
+    inner: Lake = memory_lake() if request.param == "memory" else DirLake(tmp_path / "lake")
     asyncio.run(inner.create_bucket(B))
     yield CountingLake(inner)
     asyncio.run(inner.aclose())
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _reads(lake: Any, *, ttl: float = 60.0, readahead: int = 2, clock: Callable[[], float] | None = None,
@@ -525,7 +423,7 @@ def test_any_range_reads_the_bytes_the_lake_holds(size: int, data: st.DataObject
         rng = ByteRange(first, last)
 
     async def main() -> None:
-        lake = MemoryLake()
+        lake = memory_lake(B)
         await put(lake, "k", content)
         reads = _reads(lake, readahead=data.draw(st.integers(0, 3)))
         try:

@@ -15,12 +15,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pytest
+from doubles import Clock, CountingLake, memory_lake
 from test_readpath import (
     BS,
     B,
-    Clock,
-    CountingLake,
-    MemoryLake,
     block_range,
     put,
     read,
@@ -145,7 +143,7 @@ def bid(info_etag: str, key: str, index: int = 0) -> BlockId:
 @pytest.fixture
 def lake() -> CountingLake:
     """One lake for every node: a counting wrapper around the in-memory twin."""
-    return CountingLake(MemoryLake())
+    return CountingLake(memory_lake(B))
 
 
 # ---- reads across nodes ------------------------------------------------------------------------

@@ -19,7 +19,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_readpath import B, BS, TENANT, CountingLake, MemoryLake, _body, block_range, counts, put, read, run
+from doubles import CountingLake, memory_lake
+from test_readpath import B, BS, TENANT, _body, block_range, counts, put, read, run
 from test_readpath_cluster import Node, key_owned_by, nodes, settle
 
 from cachetier.blocks.ids import BlockId
@@ -81,7 +82,7 @@ def _blocks_in(reads: ReadPath, etag: str, key: str, blocks: int, block_size: in
 
 @pytest.fixture
 def lake() -> CountingLake:
-    return CountingLake(MemoryLake())
+    return CountingLake(memory_lake(B))
 
 
 # ---- L1 on this node ---------------------------------------------------------------------------

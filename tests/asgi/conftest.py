@@ -1,0 +1,122 @@
+"""ASGI tier: the boto3 conformance suite (tests/conformance.py, shared with tests/integration)
+against the gateway's ASGI app in-process, with no Ceph and no sockets, so the S3 front end is
+checked on any machine. Its targets, the app built from Settings as `lakegate serve` builds it:
+
+    asgi-dir      over DirLake, in a temporary folder
+    asgi-memory   over MemoryLake, the Lake's in-memory twin
+
+boto3 reaches the app through a botocore ``before-send`` handler (inprocess.AsgiBridge), so
+every byte boto3 would put on the wire goes through the app, signed as it would be. The tests
+that need the RGW itself (as the reference answer) are skipped here, with the reason.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conformance import boto3_defaults_only, fresh_bucket, target_client
+from helpers import ALICE, Target
+from inprocess import AsgiBridge
+
+from cachetier.lake import Lake
+from cachetier.lake.memory import MemoryLake
+from gateway.app import LakegateApp
+from gateway.settings import Settings
+
+ASGI_TARGETS = ("asgi-dir", "asgi-memory")
+# No socket is opened: the port only completes the endpoint's URL (the suite's virtual-host
+# test names it in the Host header); one of this tier's range, so a real listener never clashes.
+ENDPOINT = "http://localhost:21400"
+
+
+@dataclass(frozen=True)
+class InProcessTarget(Target):
+    """A Target whose clients reach ``bridge`` in-process instead of ``endpoint_url``."""
+
+    bridge: AsgiBridge | None = None
+
+    def client(self, **options: Any) -> Any:
+        client = super().client(**options)
+        assert self.bridge is not None
+        # last: the suite's own handlers (recording headers, rewriting the Host) run first
+        client.meta.events.register_last("before-send.s3", self.bridge.send)
+        return client
+
+
+def _app(folder: Path, lake: Lake | None) -> LakegateApp:
+    """The app as `lakegate serve` builds it; ``lake`` None: its folder lake in ``folder``."""
+    tenants = folder / "tenants.toml"
+    tenants.write_text(ALICE.to_toml())
+    settings = Settings(
+        _env_file=None,  # a developer's .env must not change the app
+        lake=f"dir:{folder / 'lake'}",
+        tenants_file=tenants,
+        cache_dir=folder / "cache",
+        virtual_host_suffixes="localhost",
+        access_log=False,
+    )
+    return LakegateApp(settings, lake=lake)
+
+
+def _no_network(*_: Any) -> None:
+    raise AssertionError("the asgi tier opened a network connection")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _asgi_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """boto3 on its defaults, and no socket may connect: a request that missed the bridge fails."""
+    with boto3_defaults_only(tmp_path_factory.mktemp("aws")), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(socket.socket, "connect", _no_network)
+        mp.setattr(socket.socket, "connect_ex", _no_network)
+        yield
+
+
+@pytest.fixture(scope="session", params=ASGI_TARGETS)
+def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """The app under test, over each lake; a test restricted to another tier's target
+    (`parametrize("target", [...], indirect=True)`) is skipped here."""
+    if request.param not in ASGI_TARGETS:
+        pytest.skip(f"{request.param} is a target of the integration tier")
+    folder = tmp_path_factory.mktemp(request.param)
+    lake = MemoryLake() if request.param == "asgi-memory" else None
+    bridge = AsgiBridge(_app(folder, lake))
+    bridge.start()
+    try:
+        yield InProcessTarget(
+            name=request.param,
+            endpoint_url=ENDPOINT,
+            access_key=ALICE.access_key,
+            secret_key=ALICE.secret_key,
+            lake="memory" if lake is not None else "dir",
+            via_gateway=True,
+            bridge=bridge,
+        )
+    finally:
+        bridge.close()
+
+
+@pytest.fixture(scope="session")
+def rgw_target() -> Target:
+    pytest.skip("needs the RGW itself as the reference: the asgi tier has none")
+
+
+@pytest.fixture(scope="session")
+def rgw_s3() -> Any:
+    pytest.skip("needs the RGW itself as the reference: the asgi tier has none")
+
+
+@pytest.fixture(scope="session")
+def s3(target: Target) -> Iterator[Any]:
+    """boto3 S3 client for the target (conformance.target_client)."""
+    yield from target_client(target)
+
+
+@pytest.fixture
+def bucket(s3: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh bucket on the target, deleted afterwards (conformance.fresh_bucket)."""
+    yield from fresh_bucket(s3, request)
