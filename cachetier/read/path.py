@@ -35,6 +35,7 @@ from cachetier.lake.conditions import Conditions
 from cachetier.context import RequestContext, current
 from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
 from cachetier.lake import Lake, ObjectInfo, ObjectStream
+from cachetier.read.config import ReadConfig
 from cachetier.read.metadata import MetadataCache
 from cachetier.cluster.peers import PeerUnavailable
 from cachetier.lake.ranges import ByteRange
@@ -62,11 +63,8 @@ class ReadPath:
         lake: Lake,
         store: BlockStore,
         stats: CacheStats,
+        config: ReadConfig = ReadConfig(),
         *,
-        block_size: int,
-        meta_ttl: float,
-        readahead: int = 2,
-        max_cached_object: int = 4 << 30,
         clock: Callable[[], float],
         l2: BlockStore | None = None,
         cluster: Cluster | None = None,
@@ -76,10 +74,10 @@ class ReadPath:
         self.l2 = l2
         self.cluster = cluster
         self.stats = stats
-        self.block_size = block_size
-        self.readahead = readahead
-        self.max_cached_object = max_cached_object
-        self.meta = MetadataCache(meta_ttl, clock)
+        self.block_size = config.block_size
+        self.readahead = config.readahead
+        self.max_cached_object = config.max_cached_object
+        self.meta = MetadataCache(config.meta_ttl, clock)
         self._fetches: dict[BlockId, BlockFetch] = {}
         self._fetching: Counter[tuple[str, str]] = Counter()  # keys with blocks in _fetches
         self._lookups: dict[tuple[str, str], _MetadataFlight] = {}

@@ -59,8 +59,8 @@ def test_bad_tenants_file(tmp_path: Path) -> None:
 def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAKEGATE_LISTEN", "127.0.0.1:1111")
     monkeypatch.setenv("LAKEGATE_TENANTS_FILE", str(EXAMPLE_TENANTS))
-    assert Settings().listen == "127.0.0.1:1111"
-    assert Settings(listen="127.0.0.1:2222").listen == "127.0.0.1:2222"
+    assert Settings.load().server.listen == "127.0.0.1:1111"
+    assert Settings.load(listen="127.0.0.1:2222").server.listen == "127.0.0.1:2222"
 
 
 def test_tenants_file(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.store import MemoryBlockStore
-from cachetier.cachedlake import CachedLake
+from cachetier.cachedlake import CacheOnWrite, CachedLake
 from cachetier.telemetry.counters import CacheStats
 from cachetier.lake.conditions import Conditions
 from cachetier.context import RequestContext, current
@@ -36,6 +36,7 @@ from cachetier.lake import (
     WriteResult,
 )
 from cachetier.lake.ranges import ByteRange
+from cachetier.read.config import ReadConfig
 from cachetier.read.path import ObjectChanged, ReadPath
 
 T = TypeVar("T")
@@ -152,8 +153,8 @@ class Clock:
 
 def _reads(lake: Any, *, ttl: float = 60.0, readahead: int = 2, clock: Callable[[], float] | None = None,
            block_size: int = BS) -> ReadPath:
-    return ReadPath(lake, MemoryBlockStore(1 << 30), CacheStats(), block_size=block_size, meta_ttl=ttl,
-                    readahead=readahead, clock=clock or Clock())
+    config = ReadConfig(block_size=block_size, meta_ttl=ttl, readahead=readahead)
+    return ReadPath(lake, MemoryBlockStore(1 << 30), CacheStats(), config, clock=clock or Clock())
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -605,7 +606,7 @@ def test_no_cache_reads_skip_the_metadata_and_the_blocks(lake: CountingLake) -> 
 
 
 def _cached(lake: Any, reads: ReadPath, **options: Any) -> CachedLake:
-    return CachedLake(lake, reads, **options)
+    return CachedLake(lake, reads, CacheOnWrite(**options))
 
 
 def test_a_put_enters_l1_and_reads_back_without_a_lake_get(lake: CountingLake) -> None:
@@ -625,7 +626,7 @@ def test_a_put_enters_l1_and_reads_back_without_a_lake_get(lake: CountingLake) -
     run(main())
 
 
-@pytest.mark.parametrize("options", [{"cache_on_write": False}, {"cache_on_write_max": 3 * BS}])
+@pytest.mark.parametrize("options", [{"enabled": False}, {"max_bytes": 3 * BS}])
 def test_a_put_is_not_cached_when_write_caching_is_off_or_it_is_too_large(
     lake: CountingLake, options: dict[str, Any]
 ) -> None:
@@ -659,7 +660,7 @@ def test_a_failed_put_caches_nothing(lake: CountingLake) -> None:
 def test_an_overwrite_through_the_cache_reads_new_bytes_at_once(lake: CountingLake) -> None:
     async def main() -> None:
         reads = _reads(lake, ttl=3600)
-        for options in ({}, {"cache_on_write": False}):
+        for options in ({}, {"enabled": False}):
             cached = _cached(lake, reads, **options)
             for size in (2 * BS, 2 * BS, 3 * BS + 1, 10):
                 data = os.urandom(size)

@@ -35,9 +35,11 @@ from cachetier.cluster.node import Cluster
 from cachetier.lake.conditions import Conditions
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
 from cachetier.lake import ObjectInfo
+from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import Membership
 from cachetier.cluster.peers import PeerUnavailable
 from cachetier.lake.ranges import ByteRange
+from cachetier.read.config import ReadConfig
 from cachetier.read.path import ObjectChanged, ReadPath
 from cachetier.cluster.ring import Member
 
@@ -102,13 +104,14 @@ class Node:
     def __init__(self, name: str, lake: object, nodes: dict[str, Node], clock: Clock, *,
                  replicas: int, readahead: int) -> None:
         self.member = Member(name, f"http://{name}:9000")
-        self.membership = Membership(self.member, partitions=PARTITIONS, replicas=replicas,
-                                     failure_timeout=30.0, clock=clock)
+        self.membership = Membership(self.member, MembershipConfig(PARTITIONS, replicas, failure_timeout=30.0),
+                                     clock=clock)
         self.peers = LoopbackPeers(self.member, nodes)
         self.cluster = Cluster(self.membership, self.peers, seeds=[])  # type: ignore[arg-type]
         self.l1, self.l2 = MemoryBlockStore(1 << 30), MemoryBlockStore(1 << 30)
-        self.reads = ReadPath(lake, self.l1, CacheStats(), block_size=BS, meta_ttl=60.0,  # type: ignore[arg-type]
-                              readahead=readahead, clock=clock, l2=self.l2, cluster=self.cluster)
+        config = ReadConfig(block_size=BS, meta_ttl=60.0, readahead=readahead)
+        self.reads = ReadPath(lake, self.l1, CacheStats(), config,  # type: ignore[arg-type]
+                              clock=clock, l2=self.l2, cluster=self.cluster)
 
     def owns(self, key: str, index: int = 0) -> bool:
         return self.cluster.owners(B, key, index)[0].id == self.member.id
