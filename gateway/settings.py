@@ -86,6 +86,11 @@ class Environment(BaseSettings):
     failure_timeout: float = Field(MembershipConfig.failure_timeout, gt=0)
     peer_ca_file: Path | None = None
 
+    @field_validator("tls_cert", "tls_key", "peer_ca_file", mode="before")
+    @classmethod
+    def _unset_path(cls, v: object) -> object:
+        return None if v == "" else v  # ``LAKEGATE_TLS_CERT=`` as .env.example writes it: none
+
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str) -> str:
@@ -258,7 +263,7 @@ def _problem(error: object) -> str:
     field = ".".join(map(str, error["loc"]))
     message = str(error["msg"]).removeprefix("Value error, ")
     value = error.get("input")
-    if isinstance(value, str) and field not in _SECRET_FIELDS and repr(value) not in message:
+    if isinstance(value, str) and field not in _SECRET_FIELDS and "got " not in message:
         message += f" (got {value!r})"
     return f"LAKEGATE_{field.upper()}: {message}" if field else message
 
@@ -268,8 +273,7 @@ def _fail(field: str, message: str) -> SettingsError:
 
 
 def _cross_checks(env: Environment) -> None:
-    if env.failure_timeout <= env.heartbeat_interval:
-        raise _fail("failure_timeout", "failure_timeout must be longer than heartbeat_interval")
+    _membership(env)  # also without peers: a value the node would refuse once it has some
     if (env.tls_cert is None) != (env.tls_key is None):
         raise _fail("tls_key" if env.tls_key is None else "tls_cert", "tls_cert and tls_key must be given together")
     for field in ("tls_cert", "tls_key", "peer_ca_file"):
@@ -278,6 +282,10 @@ def _cross_checks(env: Environment) -> None:
             raise _fail(field, f"TLS file not found: {path}")
     if not env.tenants_file.is_file():
         raise _fail("tenants_file", f"tenants file not found: {env.tenants_file}")
+    folders = {"cache_dir": env.cache_dir, "lake": Path(env.lake[4:]) if env.lake.startswith("dir:") else None}
+    for field, folder in folders.items():
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise _fail(field, f"{field} must name a directory (it may not exist yet), not the file {folder}")
 
 
 def _server(env: Environment) -> ServerSettings:
@@ -331,6 +339,13 @@ def _cache(env: Environment) -> CacheSettings:
     )
 
 
+def _membership(env: Environment) -> MembershipConfig:
+    try:
+        return MembershipConfig(env.partitions, env.replicas, env.heartbeat_interval, env.failure_timeout)
+    except ValueError as exc:
+        raise _fail("failure_timeout", str(exc)) from None
+
+
 def _cluster(env: Environment) -> ClusterSettings | None:
     if not env.peers:
         return None
@@ -338,7 +353,6 @@ def _cluster(env: Environment) -> ClusterSettings | None:
     if len(secret) < 16:
         raise _fail("cluster_secret", "a node with peers needs cluster_secret (LAKEGATE_CLUSTER_SECRET), 16 characters or more")
     seeds, dns = parse_peers(env.peers)
-    membership = MembershipConfig(env.partitions, env.replicas, env.heartbeat_interval, env.failure_timeout)
     return ClusterSettings(
         node_id=env.node_id or f"node-{env.listen.rpartition(':')[2]}",
         url=env.self_url,
@@ -347,7 +361,7 @@ def _cluster(env: Environment) -> ClusterSettings | None:
         dns=dns,
         secret=secret.encode(),
         l2_capacity=int(env.l2_capacity),
-        membership=membership,
+        membership=_membership(env),
         peer_ca_file=env.peer_ca_file,
         peer_timeout=env.lake_timeout,
     )

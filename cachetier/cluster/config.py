@@ -16,4 +16,5 @@ class MembershipConfig:
 
     def __post_init__(self) -> None:
         if self.failure_timeout <= self.heartbeat_interval:
-            raise ValueError("failure_timeout must be longer than heartbeat_interval")
+            raise ValueError(f"failure_timeout ({self.failure_timeout:g} s) must be longer than heartbeat_interval "
+                             f"({self.heartbeat_interval:g} s)")
