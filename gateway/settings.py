@@ -7,8 +7,8 @@ Two layers, built in one place (``Settings.load``):
   documented in ``.env.example``. It checks each value's syntax.
 - ``Settings``: the same values as nested, frozen value objects, one per part of the node
   (``settings.server``, ``settings.lake``, ``settings.cache``, ``settings.cluster``), holding
-  the data plane's own config types (``S3LakeConfig``, ``ReadConfig``, ``CacheOnWrite``,
-  ``MembershipConfig``), whose defaults are the only ones: ``Environment`` takes its defaults
+  the data plane's and the S3 front end's own config types (``S3LakeConfig``, ``ReadConfig``,
+  ``CacheOnWrite``, ``MembershipConfig``, ``FrontendConfig``), whose defaults are the only ones: ``Environment`` takes its defaults
   from them. Checks across values and of files on disk run here.
 
 Any invalid value is one ``SettingsError`` whose message names the variable (``LAKEGATE_X:
@@ -31,6 +31,7 @@ from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import parse_peers
 from cachetier.lake.s3.config import S3LakeConfig
 from cachetier.read.config import ReadConfig
+from gateway.s3.config import FrontendConfig
 
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 _SECRET_FIELDS = frozenset({"cluster_secret", "lake_secret_key"})  # never echoed in an error
@@ -67,12 +68,12 @@ class Environment(BaseSettings):
     cache_max_object_size: ByteSize = ByteSize(ReadConfig.max_cached_object)
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    virtual_host_suffixes: str = "localhost"
-    anonymous_read_buckets: str = ""
-    max_clock_skew: int = Field(900, ge=1)
-    max_header_bytes: int = Field(16384, ge=1024)
+    virtual_host_suffixes: str = ",".join(FrontendConfig.host_suffixes)
+    anonymous_read_buckets: str = ",".join(FrontendConfig.anonymous_buckets)
+    max_clock_skew: int = Field(int(FrontendConfig.max_skew.total_seconds()), ge=1)
+    max_header_bytes: int = Field(FrontendConfig.max_header_bytes, ge=1024)
     log_level: str = "info"
-    access_log: bool = True
+    access_log: bool = FrontendConfig.access_log
     # cluster (D3N's L2): empty peers = a node on its own (L1 only)
     node_id: str = ""
     peers: str = ""
@@ -175,12 +176,8 @@ class ServerSettings:
     tls_cert: Path | None
     tls_key: Path | None
     tenants_file: Path
-    host_suffixes: tuple[str, ...]
-    anonymous_buckets: frozenset[str]
-    max_clock_skew: timedelta
-    max_header_bytes: int
     log_level: str
-    access_log: bool
+    frontend: FrontendConfig
 
     @property
     def host(self) -> str:
@@ -294,12 +291,14 @@ def _server(env: Environment) -> ServerSettings:
         tls_cert=env.tls_cert,
         tls_key=env.tls_key,
         tenants_file=env.tenants_file,
-        host_suffixes=tuple(s.strip().lower() for s in env.virtual_host_suffixes.split(",") if s.strip()),
-        anonymous_buckets=frozenset(s.strip() for s in env.anonymous_read_buckets.split(",") if s.strip()),
-        max_clock_skew=timedelta(seconds=env.max_clock_skew),
-        max_header_bytes=env.max_header_bytes,
         log_level=env.log_level,
-        access_log=env.access_log,
+        frontend=FrontendConfig(
+            host_suffixes=tuple(s.strip().lower() for s in env.virtual_host_suffixes.split(",") if s.strip()),
+            anonymous_buckets=frozenset(s.strip() for s in env.anonymous_read_buckets.split(",") if s.strip()),
+            max_skew=timedelta(seconds=env.max_clock_skew),
+            max_header_bytes=env.max_header_bytes,
+            access_log=env.access_log,
+        ),
     )
 
 

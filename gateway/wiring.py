@@ -154,19 +154,6 @@ def start_task(stack: contextlib.AsyncExitStack, work: Coroutine[Any, Any, None]
 # ---- the node -------------------------------------------------------------------------------
 
 
-def _front_end(settings: Settings, lake: Lake, tenants: TenantDirectory) -> S3Frontend:
-    server = settings.server
-    return S3Frontend(
-        lake,
-        tenants,
-        host_suffixes=server.host_suffixes,
-        anonymous_buckets=server.anonymous_buckets,
-        max_skew=server.max_clock_skew,
-        max_header_bytes=server.max_header_bytes,
-        access_log=server.access_log,
-    )
-
-
 def _registry(stats: CacheStats, cache: CachedLake | None, cluster: Cluster | None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=True)
     registry.register(CacheCollector(stats, cache))
@@ -208,5 +195,5 @@ async def running_node(
         if cluster is not None:
             start_task(stack, heartbeat_loop(cluster, load))
         served = cache if cache is not None else lake
-        yield Node(settings, tenants, served, cache, cluster, _front_end(settings, served, tenants), peer_api,
+        yield Node(settings, tenants, served, cache, cluster, S3Frontend(served, tenants, settings.server.frontend), peer_api,
                    _registry(counters, cache, cluster))
