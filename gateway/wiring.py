@@ -195,5 +195,5 @@ async def running_node(
         if cluster is not None:
             start_task(stack, heartbeat_loop(cluster, load))
         served = cache if cache is not None else lake
-        yield Node(settings, tenants, served, cache, cluster, S3Frontend(served, tenants, settings.server.frontend), peer_api,
-                   _registry(counters, cache, cluster))
+        s3 = S3Frontend(served, tenants, settings.server.frontend)
+        yield Node(settings, tenants, served, cache, cluster, s3, peer_api, _registry(counters, cache, cluster))
