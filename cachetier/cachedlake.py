@@ -12,9 +12,11 @@ enters L1 as blocks, so a job reading its own output hits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 from cachetier.blocks.ids import BlockId
+from cachetier.blocks.store import BlockStore
 from cachetier.cluster.node import Cluster
 from cachetier.lake.conditions import Conditions
 from cachetier.context import current
@@ -37,17 +39,26 @@ from cachetier.lake import (
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.path import ReadPath
 from policies import admission
+from cachetier.telemetry.snapshots import BlockLocation, CacheSnapshot, TierStats
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheOnWrite:
+    """Whether a PUT's blocks enter L1, for bodies up to ``max_bytes`` (held in memory while
+    they stream); the one place these defaults live."""
+
+    enabled: bool = True
+    max_bytes: int = 64 << 20
 
 
 class CachedLake:
     def __init__(
-        self, lake: Lake, reads: ReadPath, *, cache_on_write: bool = True, cache_on_write_max: int = 64 << 20,
-        cluster: Cluster | None = None,
+        self, lake: Lake, reads: ReadPath, on_write: CacheOnWrite = CacheOnWrite(), *, cluster: Cluster | None = None,
     ):
         self.lake = lake
         self.reads = reads
         self.cluster = cluster
-        self.limits = admission.SizeLimits(reads.limits.max_read, cache_on_write_max, cache_on_write)
+        self.limits = admission.SizeLimits(reads.limits.max_read, on_write.max_bytes, on_write.enabled)
 
     # ---- reads through the cache -----------------------------------------------------------
 
@@ -167,14 +178,39 @@ class CachedLake:
     async def list_multipart_uploads(self, bucket: str, query: UploadsQuery) -> UploadsPage:
         return await self.lake.list_multipart_uploads(bucket, query)
 
-    async def aclose(self) -> None:
-        await self.reads.aclose()
-        self.reads.store.close()
+    # ---- queries (the admin endpoints and /metrics) -----------------------------------------
+
+    def tiers(self) -> dict[str, BlockStore]:
+        tiers = {"l1": self.reads.store}
         if self.reads.l2 is not None:
-            self.reads.l2.close()
-        if self.cluster is not None:
-            await self.cluster.aclose()
-        await self.lake.aclose()
+            tiers["l2"] = self.reads.l2
+        return tiers
+
+    def snapshot(self) -> CacheSnapshot:
+        return CacheSnapshot(
+            per_tenant=self.reads.stats.snapshot(),
+            tiers={name: TierStats.of(store) for name, store in self.tiers().items()},
+            metadata_entries=len(self.reads.meta),
+            background_tasks=self.reads.background,
+        )
+
+    def locate(self, bucket: str, key: str, index: int, etag: str | None = None) -> BlockLocation:
+        """Which nodes own block ``index`` of ``bucket/key``, and whether this node's tiers hold
+        that block of version ``etag`` (default: the version whose metadata is cached)."""
+        owners = self.cluster.owners(bucket, key, index) if self.cluster is not None else ()
+        if etag is None:
+            info = self.reads.meta.get(bucket, key)
+            etag = info.etag if info is not None else None
+        held: dict[str, bool] = {}
+        if etag is not None:
+            bid = BlockId.of(bucket, key, etag, index, self.reads.block_size)
+            held = {name: bid in store for name, store in self.tiers().items()}
+        return BlockLocation(tuple(m.id for m in owners), etag, held)
+
+    async def aclose(self) -> None:
+        """Stops the read path's background fetches; the lake, the stores and the cluster are
+        closed by whoever opened them (``gateway.wiring``)."""
+        await self.reads.aclose()
 
 
 async def _tee(body: Body, kept: list[bytes]) -> AsyncIterator[bytes]:

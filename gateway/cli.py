@@ -6,10 +6,10 @@ import argparse
 import ctypes
 import logging
 import sys
+from collections.abc import Mapping
+from typing import NoReturn
 
-from pydantic import ValidationError
-
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError
 from gateway.tenants import TenantDirectory, TenantsFileError
 
 # flag -> settings field; flags override LAKEGATE_* environment variables
@@ -53,24 +53,31 @@ def _command_modules() -> list:  # type: ignore[type-arg]
     return [localcluster, replay_cli]
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     print(f"lakegate: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-def load_settings(overrides: dict[str, str]) -> Settings:
+def load_settings(overrides: Mapping[str, str | None]) -> Settings:
+    """The settings, or one line on stderr naming the bad one and exit status 2."""
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
-        _fail(f"invalid settings: {problems}")
-        raise  # unreachable
+        return Settings.load(**{k: v for k, v in overrides.items() if v is not None})
+    except SettingsError as exc:
+        _fail(f"invalid settings: {exc}")
+
+
+def load_tenants(settings: Settings) -> TenantDirectory:
+    """The tenants file, or one line on stderr and exit status 2."""
+    try:
+        return TenantDirectory.load(settings.server.tenants_file)
+    except TenantsFileError as exc:
+        _fail(f"invalid tenants file: {exc}")
 
 
 def _banner(settings: Settings, tenants: TenantDirectory) -> str:
-    scheme = "https" if settings.tls_cert else "http"
-    endpoint = f"{scheme}://{settings.listen}"
-    lines = [f"lakegate serving S3 at {endpoint}  (lake: {settings.lake if not settings.is_s3_lake else 'S3 ' + settings.lake})"]
+    endpoint = f"{settings.server.scheme}://{settings.server.listen}"
+    lake = settings.lake.location if settings.lake.s3 is None else f"S3 {settings.lake.location}"
+    lines = [f"lakegate serving S3 at {endpoint}  (lake: {lake})"]
     demo = next((t for t in tenants.tenants if t.demo), None)
     if demo is not None:
         lines += [
@@ -84,7 +91,7 @@ def _banner(settings: Settings, tenants: TenantDirectory) -> str:
             "print([b['Name'] for b in s3.list_buckets()['Buckets']])\"",
         ]
     else:
-        lines.append(f"tenants: {', '.join(t.name for t in tenants.tenants)} (keys in {settings.tenants_file})")
+        lines.append(f"tenants: {', '.join(t.name for t in tenants.tenants)} (keys in {settings.server.tenants_file})")
     lines.append(f"health: {endpoint}/_lakegate/health   metrics: {endpoint}/metrics")
     return "\n".join(lines)
 
@@ -110,24 +117,22 @@ def serve(settings: Settings) -> None:
     from gateway.app import LakegateApp
     from gateway.httpserver import LakegateHttpProtocol
 
-    try:
-        tenants = TenantDirectory.load(settings.tenants_file)
-    except TenantsFileError as exc:
-        _fail(f"invalid tenants file: {exc}")
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    server = settings.server
+    tenants = load_tenants(settings)
+    logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per peer and lake request otherwise
     _tune_malloc()
     app = LakegateApp(settings, tenants=tenants)
     print(_banner(settings, tenants), flush=True)
     uvicorn.run(
         app,
-        host=settings.host,
-        port=settings.port,
+        host=server.host,
+        port=server.port,
         http=LakegateHttpProtocol,  # uvicorn's httptools protocol; a GET's head and first bytes in one write
-        log_level=settings.log_level,
+        log_level=server.log_level,
         access_log=False,  # ours (lakegate.access) leaves out query strings, which may hold signatures
-        ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
-        ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
+        ssl_certfile=str(server.tls_cert) if server.tls_cert else None,
+        ssl_keyfile=str(server.tls_key) if server.tls_key else None,
         server_header=False,
         timeout_keep_alive=30,
     )

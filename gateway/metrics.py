@@ -1,4 +1,5 @@
-"""Prometheus export of the data plane's counters (cachetier keeps plain numbers)."""
+"""Prometheus export of the data plane's counters (cachetier keeps plain numbers and answers typed
+queries: ``CachedLake.snapshot``, ``Cluster.ring_report``)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from cachetier.blocks.store import BlockStore
-from cachetier.telemetry.counters import COUNTERS, CacheStats
+from cachetier.cachedlake import CachedLake
 from cachetier.cluster.node import CLUSTER_COUNTERS, Cluster
+from cachetier.telemetry.counters import COUNTERS, CacheStats
 
 # What a tier's hits and misses count: each is one block read that asked the tier, so hits +
 # misses is every such read (a read the store failed on is a miss; see lakegate_cache_*_errors).
@@ -22,9 +23,9 @@ TIER_READS = {
 
 
 class CacheCollector(Collector):
-    def __init__(self, stats: CacheStats, l1: BlockStore | None, l2: BlockStore | None = None) -> None:
+    def __init__(self, stats: CacheStats, cache: CachedLake | None) -> None:
         self.stats = stats
-        self.stores = {"l1": l1, "l2": l2}
+        self.cache = cache
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         snapshot = self.stats.snapshot()
@@ -33,17 +34,16 @@ class CacheCollector(Collector):
             for tenant, counts in snapshot.items():
                 family.add_metric([tenant], counts.get(name, 0))
             yield family
-        for tier, store in self.stores.items():
-            if store is None:
-                continue
+        tiers = self.cache.snapshot().tiers if self.cache is not None else {}
+        for tier, stats in tiers.items():
             name = tier.upper()
-            yield GaugeMetricFamily(f"lakegate_{tier}_capacity_bytes", f"{name} capacity", value=store.capacity)
-            yield GaugeMetricFamily(f"lakegate_{tier}_used_bytes", f"{name} block bytes stored", value=store.used_bytes())
+            yield GaugeMetricFamily(f"lakegate_{tier}_capacity_bytes", f"{name} capacity", value=stats.capacity_bytes)
+            yield GaugeMetricFamily(f"lakegate_{tier}_used_bytes", f"{name} block bytes stored", value=stats.used_bytes)
             hits_help, misses_help = TIER_READS[tier]
-            yield CounterMetricFamily(f"lakegate_{tier}_hits", hits_help, value=store.hits)
-            yield CounterMetricFamily(f"lakegate_{tier}_misses", misses_help, value=store.misses)
-            yield CounterMetricFamily(f"lakegate_{tier}_evictions", f"blocks evicted from {name}", value=store.evictions)
-            yield CounterMetricFamily(f"lakegate_{tier}_corrupt", f"corrupt {name} blocks dropped", value=store.corrupt)
+            yield CounterMetricFamily(f"lakegate_{tier}_hits", hits_help, value=stats.hits)
+            yield CounterMetricFamily(f"lakegate_{tier}_misses", misses_help, value=stats.misses)
+            yield CounterMetricFamily(f"lakegate_{tier}_evictions", f"blocks evicted from {name}", value=stats.evictions)
+            yield CounterMetricFamily(f"lakegate_{tier}_corrupt", f"corrupt {name} blocks dropped", value=stats.corrupt)
 
 
 class ClusterCollector(Collector):
@@ -51,16 +51,16 @@ class ClusterCollector(Collector):
         self.cluster = cluster
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        membership = self.cluster.membership
+        report = self.cluster.ring_report()
         for name, help_text in CLUSTER_COUNTERS.items():
             yield CounterMetricFamily(f"lakegate_cluster_{name}", help_text, value=self.cluster.counters[name])
         yield GaugeMetricFamily("lakegate_cluster_members_live", "live members, this node included",
-                                value=len(membership.live()))
+                                value=report.live_members)
         yield CounterMetricFamily("lakegate_cluster_ring_changes", "rings planned since start",
-                                  value=membership.generation)
+                                  value=report.ring_changes)
         info = GaugeMetricFamily("lakegate_cluster_ring_info", "the current ring's version (1 per node)",
                                  labels=["node", "version"])
-        info.add_metric([membership.me.id, membership.ring.version], 1)
+        info.add_metric([report.node_id, report.ring_version], 1)
         yield info
         yield GaugeMetricFamily("lakegate_cluster_partitions_owned", "partitions this node is primary for",
-                                value=membership.ring.share().get(membership.me.id, 0))
+                                value=report.partitions_owned)

@@ -1,50 +1,79 @@
 """Settings: typed, validated once at start-up, one set of defaults.
 
-Every field is read from the environment with the ``LAKEGATE_`` prefix (and from a ``.env``
-file in the working directory); ``lakegate serve`` flags override them. Each is documented
-in ``.env.example``.
+Two layers, built in one place (``Settings.load``):
+
+- ``Environment``: flat, one field per ``LAKEGATE_*`` variable (read from the environment and a
+  ``.env`` file in the working directory; ``lakegate serve`` flags override them), each
+  documented in ``.env.example``. It checks each value's syntax.
+- ``Settings``: the same values as nested, frozen value objects, one per part of the node
+  (``settings.server``, ``settings.lake``, ``settings.cache``, ``settings.cluster``), holding
+  the data plane's and the S3 front end's own config types (``S3LakeConfig``, ``ReadConfig``,
+  ``CacheOnWrite``, ``MembershipConfig``, ``FrontendConfig``), whose defaults are the only ones: ``Environment`` takes its defaults
+  from them. Checks across values and of files on disk run here.
+
+Any invalid value is one ``SettingsError`` whose message names the variable (``LAKEGATE_X:
+...``); ``lakegate serve`` and the app factory print it as one line and exit with status 2.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import ByteSize, Field, SecretStr, field_validator, model_validator
+from pydantic import ByteSize, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from cachetier.blocks.store import DEFAULT_EVICTION, EVICTION_POLICIES
+from cachetier.cachedlake import CacheOnWrite
+from cachetier.cluster.config import MembershipConfig
+from cachetier.cluster.membership import parse_peers
+from cachetier.lake.s3.config import S3LakeConfig
+from cachetier.read.config import ReadConfig
+from gateway.s3.config import FrontendConfig
 
-class Settings(BaseSettings):
+_LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+_SECRET_FIELDS = frozenset({"cluster_secret", "lake_secret_key"})  # never echoed in an error
+
+
+class SettingsError(ValueError):
+    """An invalid setting; ``str()`` is the one line to show."""
+
+
+class Environment(BaseSettings):
+    """The ``LAKEGATE_*`` variables as read, flat; defaults come from the config value objects."""
+
     model_config = SettingsConfigDict(env_prefix="LAKEGATE_", env_file=".env", extra="ignore")
 
     listen: str = "127.0.0.1:9000"
     lake: str = "dir:var/lake"
     lake_access_key: str = ""
     lake_secret_key: str = ""
-    lake_region: str = "us-east-1"
-    lake_timeout: float = Field(30.0, gt=0)
-    lake_connect_timeout: float = Field(5.0, gt=0)
-    lake_retries: int = Field(3, ge=0, le=10)
-    lake_max_connections: int = Field(64, ge=1)
+    lake_region: str = S3LakeConfig.region
+    lake_timeout: float = Field(S3LakeConfig.timeout, gt=0)
+    lake_connect_timeout: float = Field(S3LakeConfig.connect_timeout, gt=0)
+    lake_retries: int = Field(S3LakeConfig.retries, ge=0, le=10)
+    lake_max_connections: int = Field(S3LakeConfig.max_connections, ge=1)
     tenants_file: Path = Path("deploy/tenants.example.toml")
     cache_dir: Path = Path("var/cache")
     cache: bool = True
     cache_capacity: ByteSize = ByteSize(4 << 30)
-    cache_eviction: str = "lru"
-    block_size: ByteSize = ByteSize(4 << 20)
-    meta_ttl: float = Field(5.0, ge=0)
-    readahead: int = Field(2, ge=0, le=64)
-    cache_on_write: bool = True
-    cache_on_write_max: ByteSize = ByteSize(64 << 20)
-    cache_max_object_size: ByteSize = ByteSize(4 << 30)
+    cache_eviction: str = DEFAULT_EVICTION
+    block_size: ByteSize = ByteSize(ReadConfig.block_size)
+    meta_ttl: float = Field(ReadConfig.meta_ttl, ge=0)
+    readahead: int = Field(ReadConfig.readahead, ge=0, le=64)
+    cache_on_write: bool = CacheOnWrite.enabled
+    cache_on_write_max: ByteSize = ByteSize(CacheOnWrite.max_bytes)
+    cache_max_object_size: ByteSize = ByteSize(ReadConfig.max_cached_object)
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    virtual_host_suffixes: str = "localhost"
-    anonymous_read_buckets: str = ""
-    max_clock_skew: int = Field(900, ge=1)
-    max_header_bytes: int = Field(16384, ge=1024)
+    virtual_host_suffixes: str = ",".join(FrontendConfig.host_suffixes)
+    anonymous_read_buckets: str = ",".join(FrontendConfig.anonymous_buckets)
+    max_clock_skew: int = Field(int(FrontendConfig.max_skew.total_seconds()), ge=1)
+    max_header_bytes: int = Field(FrontendConfig.max_header_bytes, ge=1024)
     log_level: str = "info"
-    access_log: bool = True
+    access_log: bool = FrontendConfig.access_log
     # cluster (D3N's L2): empty peers = a node on its own (L1 only)
     node_id: str = ""
     peers: str = ""
@@ -52,11 +81,16 @@ class Settings(BaseSettings):
     advertise_url: str = ""
     node_weight: float = Field(1.0, gt=0)
     l2_capacity: ByteSize = ByteSize(4 << 30)
-    replicas: int = Field(1, ge=1, le=3)
-    partitions: int = Field(1024, ge=1, le=1 << 16)
-    heartbeat_interval: float = Field(1.0, gt=0)
-    failure_timeout: float = Field(3.0, gt=0)
+    replicas: int = Field(MembershipConfig.replicas, ge=1, le=3)
+    partitions: int = Field(MembershipConfig.partitions, ge=1, le=1 << 16)
+    heartbeat_interval: float = Field(MembershipConfig.heartbeat_interval, gt=0)
+    failure_timeout: float = Field(MembershipConfig.failure_timeout, gt=0)
     peer_ca_file: Path | None = None
+
+    @field_validator("tls_cert", "tls_key", "peer_ca_file", mode="before")
+    @classmethod
+    def _unset_path(cls, v: object) -> object:
+        return None if v == "" else v  # ``LAKEGATE_TLS_CERT=`` as .env.example writes it: none
 
     @field_validator("listen")
     @classmethod
@@ -74,15 +108,15 @@ class Settings(BaseSettings):
                 raise ValueError("lake dir: needs a path, e.g. dir:var/lake")
             return v
         parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
             raise ValueError(f"lake must be dir:PATH or http(s)://host:port, got {v!r}")
         return v
 
     @field_validator("cache_eviction")
     @classmethod
     def _eviction(cls, v: str) -> str:
-        if v.lower() not in ("lru", "lfu"):
-            raise ValueError(f"cache_eviction must be lru or lfu, got {v!r}")
+        if v.lower() not in EVICTION_POLICIES:
+            raise ValueError(f"cache_eviction must be {' or '.join(EVICTION_POLICIES)}, got {v!r}")
         return v.lower()
 
     @field_validator("block_size")
@@ -95,30 +129,55 @@ class Settings(BaseSettings):
     @field_validator("log_level")
     @classmethod
     def _log_level(cls, v: str) -> str:
-        if v.lower() not in ("critical", "error", "warning", "info", "debug"):
-            raise ValueError(f"log_level must be one of critical, error, warning, info, debug; got {v!r}")
+        if v.lower() not in _LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(_LOG_LEVELS)}; got {v!r}")
         return v.lower()
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> Settings:
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key must be given together")
-        for path in (self.tls_cert, self.tls_key, self.peer_ca_file):
-            if path is not None and not path.is_file():
-                raise ValueError(f"TLS file not found: {path}")
-        if not self.tenants_file.is_file():
-            raise ValueError(f"tenants file not found: {self.tenants_file}")
-        if self.peers and len(self.cluster_secret.get_secret_value()) < 16:
-            raise ValueError("a node with peers needs cluster_secret (LAKEGATE_CLUSTER_SECRET), 16 characters or more")
-        if self.failure_timeout <= self.heartbeat_interval:
-            raise ValueError("failure_timeout must be longer than heartbeat_interval")
-        if self.is_s3_lake and not (self.lake_access_key and self.lake_secret_key):
-            raise ValueError("an S3 lake needs lake_access_key and lake_secret_key (LAKEGATE_LAKE_ACCESS_KEY/...)")
-        return self
+    @field_validator("peers")
+    @classmethod
+    def _peers(cls, v: str) -> str:
+        seeds, _ = parse_peers(v)
+        for _, url in seeds:
+            _check_url("a peer", url)
+        return v
+
+    @field_validator("advertise_url")
+    @classmethod
+    def _advertise_url(cls, v: str) -> str:
+        if v:
+            _check_url("advertise_url", v)
+        return v
 
     @property
-    def is_s3_lake(self) -> bool:
-        return not self.lake.startswith("dir:")
+    def self_url(self) -> str:
+        if self.advertise_url:
+            return self.advertise_url.rstrip("/")
+        return f"{'https' if self.tls_cert else 'http'}://{self.listen}"
+
+
+def _check_url(what: str, url: str) -> None:
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ValueError(f"{what} must be http(s)://host:port, got {url!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{what} must be http(s)://host:port, got {url!r}")
+
+
+# ---- the nested value objects ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSettings:
+    """The S3 endpoint: where it listens, whom it serves, how it logs."""
+
+    listen: str
+    tls_cert: Path | None
+    tls_key: Path | None
+    tenants_file: Path
+    log_level: str
+    frontend: FrontendConfig
 
     @property
     def host(self) -> str:
@@ -129,23 +188,179 @@ class Settings(BaseSettings):
         return int(self.listen.rpartition(":")[2])
 
     @property
-    def clustered(self) -> bool:
-        return bool(self.peers)
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
 
-    @property
-    def self_id(self) -> str:
-        return self.node_id or f"node-{self.port}"
 
-    @property
-    def self_url(self) -> str:
-        if self.advertise_url:
-            return self.advertise_url.rstrip("/")
-        return f"{'https' if self.tls_cert else 'http'}://{self.listen}"
+@dataclasses.dataclass(frozen=True)
+class LakeSettings:
+    """The lake: an embedded folder (``directory``) or an S3 endpoint (``s3``), never both."""
 
-    @property
-    def host_suffixes(self) -> tuple[str, ...]:
-        return tuple(s.strip().lower() for s in self.virtual_host_suffixes.split(",") if s.strip())
+    location: str  # as given: dir:PATH or http(s)://host:port
+    directory: Path | None = None
+    s3: S3LakeConfig | None = None
 
-    @property
-    def anonymous_buckets(self) -> frozenset[str]:
-        return frozenset(s.strip() for s in self.anonymous_read_buckets.split(",") if s.strip())
+
+@dataclasses.dataclass(frozen=True)
+class CacheSettings:
+    """The block cache (D3N's L1 on this node's SSD); ``enabled=False``: every read goes to the lake."""
+
+    enabled: bool
+    directory: Path  # L1 under directory/l1, L2 (in a cluster) under directory/l2
+    l1_capacity: int
+    eviction: str
+    read: ReadConfig
+    on_write: CacheOnWrite
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSettings:
+    """This node as a member of a cluster (D3N's L2); ``Settings.cluster`` is None without peers."""
+
+    node_id: str
+    url: str  # where peers reach this node
+    weight: float
+    seeds: tuple[tuple[str | None, str], ...]  # (id or None, url) of the peers named
+    dns: str | None  # NAME:PORT whose A records are the peers, looked up every heartbeat
+    secret: bytes = dataclasses.field(repr=False)
+    l2_capacity: int
+    membership: MembershipConfig
+    peer_ca_file: Path | None
+    peer_timeout: float  # seconds for a peer's answer (the lake's timeout, as before)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """A node's settings, nested by part. Room for the coming mechanisms' own value objects
+    (fairness, sizing, write-back) next to these."""
+
+    server: ServerSettings
+    lake: LakeSettings
+    cache: CacheSettings
+    cluster: ClusterSettings | None
+
+    @classmethod
+    def load(cls, **overrides: object) -> Settings:
+        """The environment (and ``.env``) with ``overrides`` on top, checked; ``SettingsError``."""
+        try:
+            env = Environment(**overrides)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            raise SettingsError("; ".join(_problem(e) for e in exc.errors())) from None
+        return cls.from_environment(env)
+
+    @classmethod
+    def from_environment(cls, env: Environment) -> Settings:
+        _cross_checks(env)
+        return cls(server=_server(env), lake=_lake(env), cache=_cache(env), cluster=_cluster(env))
+
+
+def _problem(error: object) -> str:
+    """One pydantic error as ``LAKEGATE_FIELD: message (got 'value')``."""
+    assert isinstance(error, dict)
+    field = ".".join(map(str, error["loc"]))
+    message = str(error["msg"]).removeprefix("Value error, ")
+    value = error.get("input")
+    if isinstance(value, str) and field not in _SECRET_FIELDS and "got " not in message:
+        message += f" (got {value!r})"
+    return f"LAKEGATE_{field.upper()}: {message}" if field else message
+
+
+def _fail(field: str, message: str) -> SettingsError:
+    return SettingsError(f"LAKEGATE_{field.upper()}: {message}")
+
+
+def _cross_checks(env: Environment) -> None:
+    _membership(env)  # also without peers: a value the node would refuse once it has some
+    if (env.tls_cert is None) != (env.tls_key is None):
+        raise _fail("tls_key" if env.tls_key is None else "tls_cert", "tls_cert and tls_key must be given together")
+    for field in ("tls_cert", "tls_key", "peer_ca_file"):
+        path = getattr(env, field)
+        if path is not None and not path.is_file():
+            raise _fail(field, f"TLS file not found: {path}")
+    if not env.tenants_file.is_file():
+        raise _fail("tenants_file", f"tenants file not found: {env.tenants_file}")
+    folders = {"cache_dir": env.cache_dir, "lake": Path(env.lake[4:]) if env.lake.startswith("dir:") else None}
+    for field, folder in folders.items():
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise _fail(field, f"{field} must name a directory (it may not exist yet), not the file {folder}")
+
+
+def _server(env: Environment) -> ServerSettings:
+    return ServerSettings(
+        listen=env.listen,
+        tls_cert=env.tls_cert,
+        tls_key=env.tls_key,
+        tenants_file=env.tenants_file,
+        log_level=env.log_level,
+        frontend=FrontendConfig(
+            host_suffixes=tuple(s.strip().lower() for s in env.virtual_host_suffixes.split(",") if s.strip()),
+            anonymous_buckets=frozenset(s.strip() for s in env.anonymous_read_buckets.split(",") if s.strip()),
+            max_skew=timedelta(seconds=env.max_clock_skew),
+            max_header_bytes=env.max_header_bytes,
+            access_log=env.access_log,
+        ),
+    )
+
+
+def _lake(env: Environment) -> LakeSettings:
+    if env.lake.startswith("dir:"):
+        return LakeSettings(env.lake, directory=Path(env.lake[4:]))
+    if not (env.lake_access_key and env.lake_secret_key):
+        field = "lake_access_key" if not env.lake_access_key else "lake_secret_key"
+        raise _fail(field, "an S3 lake needs lake_access_key and lake_secret_key (LAKEGATE_LAKE_ACCESS_KEY/...)")
+    s3 = S3LakeConfig(
+        env.lake,
+        env.lake_access_key,
+        env.lake_secret_key,
+        env.lake_region,
+        timeout=env.lake_timeout,
+        connect_timeout=env.lake_connect_timeout,
+        retries=env.lake_retries,
+        max_connections=env.lake_max_connections,
+    )
+    return LakeSettings(env.lake, s3=s3)
+
+
+def _cache(env: Environment) -> CacheSettings:
+    read = ReadConfig(
+        block_size=int(env.block_size),
+        meta_ttl=env.meta_ttl,
+        readahead=env.readahead,
+        max_cached_object=int(env.cache_max_object_size),
+    )
+    return CacheSettings(
+        enabled=env.cache,
+        directory=env.cache_dir,
+        l1_capacity=int(env.cache_capacity),
+        eviction=env.cache_eviction,
+        read=read,
+        on_write=CacheOnWrite(env.cache_on_write, int(env.cache_on_write_max)),
+    )
+
+
+def _membership(env: Environment) -> MembershipConfig:
+    try:
+        return MembershipConfig(env.partitions, env.replicas, env.heartbeat_interval, env.failure_timeout)
+    except ValueError as exc:
+        raise _fail("failure_timeout", str(exc)) from None
+
+
+def _cluster(env: Environment) -> ClusterSettings | None:
+    if not env.peers:
+        return None
+    secret = env.cluster_secret.get_secret_value()
+    if len(secret) < 16:
+        raise _fail("cluster_secret", "a node with peers needs cluster_secret (LAKEGATE_CLUSTER_SECRET), 16 characters or more")
+    seeds, dns = parse_peers(env.peers)
+    return ClusterSettings(
+        node_id=env.node_id or f"node-{env.listen.rpartition(':')[2]}",
+        url=env.self_url,
+        weight=env.node_weight,
+        seeds=tuple(seeds),
+        dns=dns,
+        secret=secret.encode(),
+        l2_capacity=int(env.l2_capacity),
+        membership=_membership(env),
+        peer_ca_file=env.peer_ca_file,
+        peer_timeout=env.lake_timeout,
+    )

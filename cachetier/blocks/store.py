@@ -53,6 +53,7 @@ log = logging.getLogger("lakegate.blockstore")
 # Eviction policies by name: policy as data. The values are diskcache's policy names, whose
 # victim queries (diskcache.EVICTION_POLICY) the disk store runs.
 EVICTION_POLICIES = {"lru": "least-recently-used", "lfu": "least-frequently-used"}
+DEFAULT_EVICTION = "lru"
 
 # diskcache's volume() counts block files and the main database, not SQLite's WAL and its
 # shared-memory index. Checkpointing every 64 pages and truncating the WAL back to 256 KiB keep
@@ -130,7 +131,7 @@ class DiskBlockStore(_Statistics):
         self,
         directory: str | os.PathLike[str],
         capacity_bytes: int,
-        eviction: str = "lru",
+        eviction: str = DEFAULT_EVICTION,
         *,
         timeout: float = 60.0,
         flush_interval: float = 1.0,
@@ -390,7 +391,7 @@ class MemoryBlockStore(_Statistics):
     """The in-memory twin of ``DiskBlockStore``: same contract and eviction order; capacity
     bounds block bytes alone (it has no index to pay for), and nothing can corrupt it."""
 
-    def __init__(self, capacity_bytes: int, eviction: str = "lru") -> None:
+    def __init__(self, capacity_bytes: int, eviction: str = DEFAULT_EVICTION) -> None:
         super().__init__()
         _policy_name(eviction)
         self._order = _MEMORY_ORDER[eviction]

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.ring import Member, PartitionMap, plan
 from policies import selection
 
@@ -38,23 +39,21 @@ class Membership:
     def __init__(
         self,
         me: Member,
+        config: MembershipConfig = MembershipConfig(),
         *,
-        partitions: int,
-        replicas: int,
-        failure_timeout: float,
-        suspect_for: float = 1.0,
         clock: Callable[[], float],
     ) -> None:
         self.me = me
-        self.partitions = partitions
-        self.replicas = replicas
-        self.failure_timeout = failure_timeout
-        self.suspect_for = suspect_for
+        self.config = config
+        self.partitions = config.partitions
+        self.replicas = config.replicas
+        self.failure_timeout = config.failure_timeout
+        self.suspect_for = config.heartbeat_interval  # a failed peer is skipped until its next heartbeat
         self.clock = clock
         self._peers: dict[str, _Peer] = {}
         self._health: dict[str, selection.PeerHealth] = {}  # peers not here are healthy
         self._live: frozenset[str] = frozenset()
-        self.ring: PartitionMap = plan([me], partitions, replicas)
+        self.ring: PartitionMap = plan([me], self.partitions, self.replicas)
         self.generation = 1  # rings planned so far (a counter for metrics)
         self.changes: list[tuple[float, str, str]] = []  # (time, "join"/"leave", node id), recent
 

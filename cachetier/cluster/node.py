@@ -23,6 +23,7 @@ from cachetier.lake import ObjectInfo
 from cachetier.cluster.membership import Membership
 from cachetier.cluster.client import Peers, PeerUnavailable
 from cachetier.cluster.ring import Member
+from cachetier.telemetry.snapshots import RingReport
 
 log = logging.getLogger("lakegate.cluster")
 
@@ -46,14 +47,13 @@ class Cluster:
         *,
         seeds: list[tuple[str | None, str]],
         dns: str | None = None,
-        heartbeat_interval: float = 1.0,
     ) -> None:
         self.membership = membership
         self.client = client
         self.me = membership.me
         self.seeds = [url for _, url in seeds if url.rstrip("/") != self.me.url]
         self.dns = dns
-        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_interval = membership.config.heartbeat_interval
         self.counters: Counter[str] = Counter()
 
     # ---- the read path ----------------------------------------------------------------------
@@ -133,6 +133,16 @@ class Cluster:
 
     def snapshot(self) -> dict[str, object]:
         return {**self.membership.snapshot(), "counters": {n: self.counters[n] for n in CLUSTER_COUNTERS}}
+
+    def ring_report(self) -> RingReport:
+        membership = self.membership
+        return RingReport(
+            live_members=len(membership.live()),
+            ring_changes=membership.generation,
+            node_id=self.me.id,
+            ring_version=membership.ring.version,
+            partitions_owned=membership.ring.share().get(self.me.id, 0),
+        )
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -35,6 +35,7 @@ from cachetier.lake.conditions import Conditions
 from cachetier.context import RequestContext, current
 from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
 from cachetier.lake import Lake, ObjectInfo, ObjectStream
+from cachetier.read.config import ReadConfig
 from cachetier.read.metadata import MetadataCache
 from cachetier.cluster.client import PeerUnavailable
 from cachetier.lake.ranges import ByteRange
@@ -63,11 +64,8 @@ class ReadPath:
         lake: Lake,
         store: BlockStore,
         stats: CacheStats,
+        config: ReadConfig = ReadConfig(),
         *,
-        block_size: int,
-        meta_ttl: float,
-        readahead: int = 2,
-        max_cached_object: int = 4 << 30,
         clock: Callable[[], float],
         l2: BlockStore | None = None,
         cluster: Cluster | None = None,
@@ -77,10 +75,10 @@ class ReadPath:
         self.l2 = l2
         self.cluster = cluster
         self.stats = stats
-        self.block_size = block_size
-        self.readahead = readahead
-        self.limits = admission.SizeLimits(max_read=max_cached_object)  # the read side only
-        self.meta = MetadataCache(meta_ttl, clock)
+        self.block_size = config.block_size
+        self.readahead = config.readahead
+        self.limits = admission.SizeLimits(max_read=config.max_cached_object)  # the read side only
+        self.meta = MetadataCache(config.meta_ttl, clock)
         self._fetches: dict[BlockId, BlockFetch] = {}
         self._fetching: Counter[tuple[str, str]] = Counter()  # keys with blocks in _fetches
         self._lookups: dict[tuple[str, str], _MetadataFlight] = {}

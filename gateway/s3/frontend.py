@@ -11,7 +11,8 @@ import itertools
 import logging
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import datetime, timezone
 
 from prometheus_client import Counter
 
@@ -20,6 +21,7 @@ from cachetier.errors import AccessDenied, InternalError, S3Error
 from cachetier.lake import Lake
 from gateway.s3 import errors
 from gateway.s3.body import RequestBody
+from gateway.s3.config import FrontendConfig
 from gateway.s3.handlers import HANDLERS
 from gateway.s3.handlers.common import Call
 from gateway.s3.request import S3Request, from_scope
@@ -51,22 +53,18 @@ class S3Frontend:
         self,
         lake: Lake,
         tenants: TenantDirectory,
+        config: FrontendConfig = FrontendConfig(),
         *,
-        host_suffixes: tuple[str, ...] = ("localhost",),
-        anonymous_buckets: frozenset[str] = frozenset(),
-        max_skew: timedelta = timedelta(minutes=15),
-        max_header_bytes: int = 16384,
-        access_log: bool = True,
-        clock=utcnow,  # type: ignore[no-untyped-def]
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.lake = lake
         self.tenants = tenants
-        self.host_suffixes = host_suffixes
-        self.anonymous_buckets = anonymous_buckets
-        self.max_skew = max_skew
-        self.max_header_bytes = max_header_bytes
+        self.host_suffixes = config.host_suffixes
+        self.anonymous_buckets = config.anonymous_buckets
+        self.max_skew = config.max_skew
+        self.max_header_bytes = config.max_header_bytes
         self.clock = clock
-        self.access_log = access_log
+        self.access_log = config.access_log
         # request ids: unique per process start + a counter (os.urandom per request costs a syscall)
         self._id_prefix = os.urandom(4).hex().upper()
         self._ids = itertools.count()

@@ -52,7 +52,7 @@ def _app(folder: Path, lake: Lake | None) -> LakegateApp:
     """The app as `lakegate serve` builds it; ``lake`` None: its folder lake in ``folder``."""
     tenants = folder / "tenants.toml"
     tenants.write_text(ALICE.to_toml())
-    settings = Settings(
+    settings = Settings.load(
         _env_file=None,  # a developer's .env must not change the app
         lake=f"dir:{folder / 'lake'}",
         tenants_file=tenants,

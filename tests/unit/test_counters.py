@@ -21,6 +21,7 @@ from test_readpath_cluster import key_owned_by, nodes, settle
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.store import DiskBlockStore, MemoryBlockStore
 from cachetier.lake.ranges import ByteRange
+from cachetier.read.config import ReadConfig
 from cachetier.read.path import ReadPath
 from cachetier.telemetry.counters import COUNTERS, CacheStats
 
@@ -100,8 +101,8 @@ def test_l1_hits_and_misses_add_up_to_every_block_read() -> None:
     reads that joined them), and L1's hit ratio is the one the clients saw."""
     lake = CountingLake(memory_lake(B))
     store = MemoryBlockStore(1 << 30)
-    reads = ReadPath(lake, store, CacheStats(), block_size=BS, meta_ttl=60.0,  # type: ignore[arg-type]
-                     readahead=0, clock=lambda: 1000.0)
+    reads = ReadPath(lake, store, CacheStats(), ReadConfig(block_size=BS, meta_ttl=60.0, readahead=0),
+                     clock=lambda: 1000.0)
 
     async def main() -> None:
         await lake.create_bucket(B)

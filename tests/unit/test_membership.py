@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import Membership, parse_peers
 from cachetier.cluster.ring import Member, partition_of
 
@@ -23,8 +24,8 @@ class Clock:
 
 
 def membership(me: Member, clock: Clock, *, partitions: int = 64, replicas: int = 1) -> Membership:
-    return Membership(me, partitions=partitions, replicas=replicas, failure_timeout=TIMEOUT,
-                      suspect_for=SUSPECT_FOR, clock=clock)
+    config = MembershipConfig(partitions, replicas, heartbeat_interval=SUSPECT_FOR, failure_timeout=TIMEOUT)
+    return Membership(me, config, clock=clock)
 
 
 def live_ids(view: Membership) -> list[str]:

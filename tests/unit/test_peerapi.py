@@ -25,6 +25,7 @@ from test_readpath_cluster import Node, nodes
 from cachetier.cluster.node import Cluster
 from cachetier.errors import PreconditionFailed
 from cachetier.lake import ObjectInfo
+from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import Membership
 from cachetier.cluster.client import PeerClient, Peers, PeerUnavailable
 from cachetier.cluster.memory import MemoryPeers
@@ -140,7 +141,7 @@ def test_a_heartbeat_round_trip_registers_both_nodes(lake: CountingLake) -> None
     sender = Member("n9", "http://n9:9000", 2.0)
 
     async def main() -> None:
-        membership = Membership(sender, partitions=64, replicas=1, failure_timeout=30.0, clock=Clock())
+        membership = Membership(sender, MembershipConfig(64, 1, failure_timeout=30.0), clock=Clock())
         async with peer_client(node, sender) as client:
             cluster = Cluster(membership, client, seeds=[(None, node.member.url)])
             await cluster.heartbeat_round({"cpu_percent": 50.0})

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from cachetier.cluster.node import Cluster
+from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import Membership
 from cachetier.cluster.client import PeerClient, PeerUnavailable
 from cachetier.cluster.wire import MAX_SKEW, PREFIX, PeerAuthError, member_from, sign, verify
@@ -176,7 +177,7 @@ def test_one_junk_seed_does_not_stop_a_heartbeat_round() -> None:
         raise httpx.ConnectError("refused", request=request)
 
     async def main() -> None:
-        membership = Membership(me, partitions=16, replicas=1, failure_timeout=3.0, clock=lambda: now[0])
+        membership = Membership(me, MembershipConfig(16, 1, failure_timeout=3.0), clock=lambda: now[0])
         membership.heard_from(silent)
         cluster = Cluster(membership, await client_for(handler), seeds=[(None, "http://junk:9000"), (None, good.url)])
         now[0] += 10

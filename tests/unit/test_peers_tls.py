@@ -1,5 +1,5 @@
 """Peers over HTTPS with a private CA: LAKEGATE_PEER_CA_FILE reaches the peer client that
-``gateway.loops.membership.build_cluster`` makes, and without it the system's CAs refuse the peer."""
+``gateway.wiring.build_cluster`` makes, and without it the system's CAs refuse the peer."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trustme
 
-from gateway.loops.membership import build_cluster
+from gateway.wiring import build_cluster
 from gateway.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,14 +47,15 @@ def _live_after_one_round(tmp_path: Path, with_ca: bool) -> list[str]:
 
     async def main() -> list[str]:
         server, port = await _heartbeat_server(server_context)
-        settings = Settings(
+        settings = Settings.load(
             tenants_file=REPO / "deploy" / "tenants.example.toml",
             node_id="node1",
             peers=f"node2=https://127.0.0.1:{port}",
             cluster_secret=SECRET,
             peer_ca_file=ca_file if with_ca else None,
         )
-        cluster = build_cluster(settings, clock=asyncio.get_running_loop().time)
+        assert settings.cluster is not None
+        cluster = build_cluster(settings.cluster, clock=asyncio.get_running_loop().time)
         try:
             await cluster.heartbeat_round({})
             return [m.id for m in cluster.membership.live()]

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.store import MemoryBlockStore
-from cachetier.cachedlake import CachedLake
+from cachetier.cachedlake import CacheOnWrite, CachedLake
 from cachetier.telemetry.counters import CacheStats
 from cachetier.lake.conditions import Conditions
 from cachetier.context import RequestContext, current
@@ -29,6 +29,7 @@ from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
 from cachetier.lake import Lake, ObjectAttributes, ObjectStream, WriteResult
 from cachetier.lake.ranges import ByteRange
 from cachetier.lake.s3.headers import range_header
+from cachetier.read.config import ReadConfig
 from cachetier.read.path import ObjectChanged, ReadPath
 
 T = TypeVar("T")
@@ -51,8 +52,8 @@ def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CountingLak
 
 def _reads(lake: Any, *, ttl: float = 60.0, readahead: int = 2, clock: Callable[[], float] | None = None,
            block_size: int = BS) -> ReadPath:
-    return ReadPath(lake, MemoryBlockStore(1 << 30), CacheStats(), block_size=block_size, meta_ttl=ttl,
-                    readahead=readahead, clock=clock or Clock())
+    config = ReadConfig(block_size=block_size, meta_ttl=ttl, readahead=readahead)
+    return ReadPath(lake, MemoryBlockStore(1 << 30), CacheStats(), config, clock=clock or Clock())
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -504,7 +505,7 @@ def test_no_cache_reads_skip_the_metadata_and_the_blocks(lake: CountingLake) -> 
 
 
 def _cached(lake: Any, reads: ReadPath, **options: Any) -> CachedLake:
-    return CachedLake(lake, reads, **options)
+    return CachedLake(lake, reads, CacheOnWrite(**options))
 
 
 def test_a_put_enters_l1_and_reads_back_without_a_lake_get(lake: CountingLake) -> None:
@@ -524,7 +525,7 @@ def test_a_put_enters_l1_and_reads_back_without_a_lake_get(lake: CountingLake) -
     run(main())
 
 
-@pytest.mark.parametrize("options", [{"cache_on_write": False}, {"cache_on_write_max": 3 * BS}])
+@pytest.mark.parametrize("options", [{"enabled": False}, {"max_bytes": 3 * BS}])
 def test_a_put_is_not_cached_when_write_caching_is_off_or_it_is_too_large(
     lake: CountingLake, options: dict[str, Any]
 ) -> None:
@@ -558,7 +559,7 @@ def test_a_failed_put_caches_nothing(lake: CountingLake) -> None:
 def test_an_overwrite_through_the_cache_reads_new_bytes_at_once(lake: CountingLake) -> None:
     async def main() -> None:
         reads = _reads(lake, ttl=3600)
-        for options in ({}, {"cache_on_write": False}):
+        for options in ({}, {"enabled": False}):
             cached = _cached(lake, reads, **options)
             for size in (2 * BS, 2 * BS, 3 * BS + 1, 10):
                 data = os.urandom(size)

@@ -33,11 +33,13 @@ from cachetier.cluster.node import Cluster
 from cachetier.lake.conditions import Conditions
 from cachetier.errors import PreconditionFailed
 from cachetier.lake import ObjectInfo
+from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import Membership
 from cachetier.cluster.client import PeerUnavailable
 from cachetier.cluster.memory import MemoryPeers
 from cachetier.cluster.owner import Owner
 from cachetier.lake.ranges import ByteRange
+from cachetier.read.config import ReadConfig
 from cachetier.read.path import ObjectChanged, ReadPath
 from cachetier.cluster.ring import Member
 
@@ -89,13 +91,14 @@ class Node:
     def __init__(self, name: str, lake: object, owners: dict[str, Owner], clock: Clock, *,
                  replicas: int, readahead: int) -> None:
         self.member = Member(name, f"http://{name}:9000")
-        self.membership = Membership(self.member, partitions=PARTITIONS, replicas=replicas,
-                                     failure_timeout=30.0, clock=clock)
+        self.membership = Membership(self.member, MembershipConfig(PARTITIONS, replicas, failure_timeout=30.0),
+                                     clock=clock)
         self.peers = LoopbackPeers(self.member, owners)
         self.cluster = Cluster(self.membership, self.peers, seeds=[])
         self.l1, self.l2 = MemoryBlockStore(1 << 30), MemoryBlockStore(1 << 30)
-        self.reads = ReadPath(lake, self.l1, CacheStats(), block_size=BS, meta_ttl=60.0,  # type: ignore[arg-type]
-                              readahead=readahead, clock=clock, l2=self.l2, cluster=self.cluster)
+        config = ReadConfig(block_size=BS, meta_ttl=60.0, readahead=readahead)
+        self.reads = ReadPath(lake, self.l1, CacheStats(), config,  # type: ignore[arg-type]
+                              clock=clock, l2=self.l2, cluster=self.cluster)
         owners[self.member.url] = Owner(self.cluster, self.reads, dict)
 
     def owns(self, key: str, index: int = 0) -> bool:

@@ -25,8 +25,9 @@ from test_readpath_cluster import Node, key_owned_by, nodes, settle
 
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.store import BlockStore, DiskBlockStore, MemoryBlockStore
-from cachetier.cachedlake import CachedLake
+from cachetier.cachedlake import CacheOnWrite, CachedLake
 from cachetier.lake import ObjectAttributes
+from cachetier.read.config import ReadConfig
 from cachetier.read.path import ReadPath
 from cachetier.telemetry.counters import CacheStats
 
@@ -64,8 +65,8 @@ def test_the_failing_store_conforms() -> None:
 
 
 def _reads(lake: object, store: BlockStore, block_size: int = BS) -> ReadPath:
-    return ReadPath(lake, store, CacheStats(), block_size=block_size, meta_ttl=60.0,  # type: ignore[arg-type]
-                    readahead=0, clock=lambda: 1000.0)
+    config = ReadConfig(block_size=block_size, meta_ttl=60.0, readahead=0)
+    return ReadPath(lake, store, CacheStats(), config, clock=lambda: 1000.0)  # type: ignore[arg-type]
 
 
 async def _settled(reads: ReadPath) -> None:
@@ -153,7 +154,7 @@ def test_a_failing_delete_of_invalidated_blocks_is_counted_not_raised(lake: Coun
     async def main() -> None:
         await put(lake, "k", old)
         reads = _reads(lake, store)
-        cached = CachedLake(lake, reads, cache_on_write=False)
+        cached = CachedLake(lake, reads, CacheOnWrite(enabled=False))
         assert (await read(reads, "k"))[1] == old
         await _settled(reads)
         store.failing = {"delete"}

@@ -22,6 +22,7 @@ from cachetier.lake.conditions import Conditions
 from cachetier.lake import CopySource, Lake, ListQuery, ObjectAttributes, UploadsQuery
 from cachetier.lake.ranges import ByteRange
 from cachetier.lake.s3.client import S3Lake
+from cachetier.lake.s3.config import S3LakeConfig
 
 T = TypeVar("T")
 ACCESS_KEY = "AKIDEXAMPLE"
@@ -42,7 +43,8 @@ def run(coro: Awaitable[T]) -> T:
 
 
 def make_lake(handler: Handler, **kwargs: Any) -> S3Lake:
-    lake = S3Lake(ENDPOINT, ACCESS_KEY, SECRET_KEY, "eu-west-3", transport=httpx.MockTransport(handler), **kwargs)
+    config = S3LakeConfig(ENDPOINT, ACCESS_KEY, SECRET_KEY, "eu-west-3", **kwargs)
+    lake = S3Lake(config, transport=httpx.MockTransport(handler))
     lake.retry_base_delay = 0.0
     return lake
 
@@ -144,12 +146,12 @@ def test_the_verifier_rejects_a_tampered_request() -> None:
 
 
 def test_s3lake_is_a_lake() -> None:
-    assert isinstance(S3Lake(ENDPOINT, ACCESS_KEY, SECRET_KEY), Lake)
+    assert isinstance(S3Lake(S3LakeConfig(ENDPOINT, ACCESS_KEY, SECRET_KEY)), Lake)
 
 
 def test_rejects_an_endpoint_with_a_path() -> None:
     with pytest.raises(ValueError):
-        S3Lake("http://lake.test/prefix", ACCESS_KEY, SECRET_KEY)
+        S3Lake(S3LakeConfig("http://lake.test/prefix", ACCESS_KEY, SECRET_KEY))
 
 
 @pytest.mark.parametrize("key", [AWKWARD_KEY, "x/./y/../z", "..", "a&b<c>'\"?#;", "tab\tcr\r", "%2F%41", "/lead"])
@@ -698,7 +700,7 @@ def test_an_empty_body_is_checked_before_the_request_goes_out() -> None:
     async def main() -> None:
         server = await asyncio.start_server(lake_server, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        lake = S3Lake(f"http://127.0.0.1:{port}", "AK", "SK", retries=0)
+        lake = S3Lake(S3LakeConfig(f"http://127.0.0.1:{port}", "AK", "SK", retries=0))
         try:
             with pytest.raises(BadDigest):
                 await lake.put_object("b", "k", failing(), 0, ObjectAttributes())

@@ -62,6 +62,7 @@ from cachetier.errors import (
     SlowDown,
     from_lake,
 )
+from cachetier.lake.s3.config import S3LakeConfig
 from cachetier.net.transport import LakeTransport
 from cachetier.lake import (
     Body,
@@ -83,7 +84,6 @@ from policies import retry
 
 _USER_AGENT = b"lakegate"
 
-_DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 # Statuses of a failing lake: retried when the request may be repeated, then 503.
 _UNAVAILABLE = retry.UNAVAILABLE
@@ -105,27 +105,14 @@ class S3Lake:
     # First retry delay in seconds, doubled per attempt and jittered (policies.retry).
     retry_base_delay = 0.1
 
-    def __init__(
-        self,
-        endpoint: str,
-        access_key: str,
-        secret_key: str,
-        region: str = "us-east-1",
-        *,
-        timeout: httpx.Timeout | None = None,
-        max_connections: int = 64,
-        retries: int = 3,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        url = httpx.URL(endpoint)
-        if url.scheme not in ("http", "https") or not url.host or url.path not in ("", "/"):
-            raise ValueError("the lake endpoint must be http(s)://host[:port]")
+    def __init__(self, config: S3LakeConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        url = httpx.URL(config.endpoint)
         self._host = url.netloc.decode("ascii")
         self._origin = f"{url.scheme}://{self._host}"
-        self._signer = S3SigV4Auth(Credentials(access_key, secret_key), "s3", region)
-        self._retries = retries
-        self._timeouts = (timeout or _DEFAULT_TIMEOUT).as_dict()
-        self._transport = transport if transport is not None else LakeTransport(max_connections=max_connections)
+        self._signer = S3SigV4Auth(Credentials(config.access_key, config.secret_key), "s3", config.region)
+        self._retries = config.retries
+        self._timeouts = config.timeouts.as_dict()
+        self._transport = transport if transport is not None else LakeTransport(max_connections=config.max_connections)
 
     async def aclose(self) -> None:
         await self._transport.aclose()

@@ -1,0 +1,200 @@
+"""Wiring: builds one node from its settings in the app's lifespan, and closes it at the end.
+
+``running_node`` opens each part on one ``contextlib.AsyncExitStack`` in dependency order, the
+lake, the cluster (its peer client), the L1 and L2 stores, the read path (its background
+fetches), the heartbeat task, and registers each part's close as soon as the part exists. So
+whoever opens a thing closes it, in reverse order, at shutdown and also when start-up fails
+half way (a store that cannot open closes the cluster and the lake opened before it).
+
+A lake passed in by the caller (tests, embedders) is the caller's to close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from cachetier.blocks.store import BlockStore, DiskBlockStore
+from cachetier.cachedlake import CachedLake
+from cachetier.cluster.membership import Membership
+from cachetier.cluster.node import Cluster
+from cachetier.cluster.client import PeerClient
+from cachetier.cluster.ring import Member
+from cachetier.lake import Lake
+from cachetier.lake.dirlake import DirLake
+from cachetier.lake.s3.client import S3Lake
+from cachetier.read.path import ReadPath
+from cachetier.telemetry.counters import CacheStats
+from cachetier.telemetry.snapshots import CacheSnapshot
+from gateway.loops.membership import heartbeat_loop, host_load
+from gateway.metrics import CacheCollector, ClusterCollector
+from gateway.peerapi import PeerAPI
+from gateway.s3.frontend import S3Frontend
+from gateway.settings import CacheSettings, ClusterSettings, LakeSettings, Settings
+from gateway.tenants import TenantDirectory
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeStats:
+    """What ``/_lakegate/admin/stats`` reports."""
+
+    lake: str  # "s3" or "dir"
+    tenants: tuple[str, ...]
+    cache: CacheSnapshot | None  # None: the cache is off
+    cluster: dict[str, object] | None  # None: not in a cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """One running node: what the app routes requests to and what its admin endpoints ask."""
+
+    settings: Settings
+    tenants: TenantDirectory
+    lake: Lake  # what the S3 handlers call: the cache in front of the lake, or the lake
+    cache: CachedLake | None
+    cluster: Cluster | None
+    s3: S3Frontend
+    peer_api: PeerAPI
+    registry: CollectorRegistry
+
+    def stats(self) -> NodeStats:
+        return NodeStats(
+            lake="s3" if self.settings.lake.s3 is not None else "dir",
+            tenants=tuple(t.name for t in self.tenants.tenants),
+            cache=self.cache.snapshot() if self.cache is not None else None,
+            cluster=self.cluster.snapshot() if self.cluster is not None else None,
+        )
+
+
+# ---- the parts, each opened with its close registered on ``stack`` ---------------------------
+
+
+async def open_lake(stack: contextlib.AsyncExitStack, settings: LakeSettings) -> Lake:
+    lake: Lake
+    if settings.s3 is not None:
+        lake = S3Lake(settings.s3)
+    else:
+        assert settings.directory is not None
+        lake = DirLake(settings.directory)
+    stack.push_async_callback(lake.aclose)
+    return lake
+
+
+def peer_client(me: Member, settings: ClusterSettings) -> PeerClient:
+    """The one place a node's peer client is made."""
+    return PeerClient(
+        me,
+        settings.secret,
+        timeout=settings.peer_timeout,
+        clock=time.time,  # HMAC stamps are wall-clock seconds (peers compare them)
+        connect_timeout=min(1.0, settings.membership.failure_timeout / 3),
+        verify_tls=str(settings.peer_ca_file) if settings.peer_ca_file else True,
+    )
+
+
+def build_cluster(settings: ClusterSettings, clock: Callable[[], float]) -> Cluster:
+    """This node's ``Cluster``; the caller closes it (``aclose``)."""
+    me = Member(settings.node_id, settings.url, settings.weight)
+    membership = Membership(me, settings.membership, clock=clock)
+    return Cluster(membership, peer_client(me, settings), seeds=list(settings.seeds), dns=settings.dns)
+
+
+async def open_cluster(stack: contextlib.AsyncExitStack, settings: ClusterSettings) -> Cluster:
+    cluster = build_cluster(settings, time.monotonic)
+    stack.push_async_callback(cluster.aclose)
+    return cluster
+
+
+def open_store(stack: contextlib.AsyncExitStack, directory: Path, capacity: int, eviction: str) -> BlockStore:
+    store = DiskBlockStore(directory, capacity, eviction)
+    stack.callback(store.close)
+    return store
+
+
+async def open_cache(
+    stack: contextlib.AsyncExitStack,
+    settings: CacheSettings,
+    lake: Lake,
+    counters: CacheStats,
+    cluster: Cluster | None = None,
+    l2_capacity: int = 0,
+) -> CachedLake:
+    """The block cache in front of ``lake``: L1 under ``directory/l1``; in a cluster, also this
+    node's share of L2 under ``directory/l2``."""
+    l1 = open_store(stack, settings.directory / "l1", settings.l1_capacity, settings.eviction)
+    l2 = None
+    if cluster is not None:
+        l2 = open_store(stack, settings.directory / "l2", l2_capacity, settings.eviction)
+    reads = ReadPath(lake, l1, counters, settings.read, clock=time.monotonic, l2=l2, cluster=cluster)
+    cache = CachedLake(lake, reads, settings.on_write, cluster=cluster)
+    stack.push_async_callback(cache.aclose)  # its background fetches, before the stores close
+    return cache
+
+
+def start_task(stack: contextlib.AsyncExitStack, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """``work`` as a background task, cancelled and awaited when ``stack`` closes."""
+    task = asyncio.create_task(work)
+
+    async def stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    stack.push_async_callback(stop)
+    return task
+
+
+# ---- the node -------------------------------------------------------------------------------
+
+
+def _registry(stats: CacheStats, cache: CachedLake | None, cluster: Cluster | None) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(CacheCollector(stats, cache))
+    if cluster is not None:
+        registry.register(ClusterCollector(cluster))
+    return registry
+
+
+def _load(cache: CachedLake | None) -> Callable[[], dict[str, float]]:
+    """What this node's heartbeats tell peers: the host's load and the cache's fill."""
+
+    def fill() -> dict[str, float]:
+        tiers = cache.tiers() if cache is not None else {}
+        return {f"{name}_used_bytes": float(store.used_bytes()) for name, store in tiers.items()}
+
+    return lambda: host_load(fill)
+
+
+@asynccontextmanager
+async def running_node(
+    settings: Settings, tenants: TenantDirectory, *, lake: Lake | None = None
+) -> AsyncIterator[Node]:
+    """The node, open for the block; everything it opened is closed on the way out."""
+    # Process-wide tuning that must precede the first request (malloc) belongs here.
+    async with contextlib.AsyncExitStack() as stack:
+        if lake is None:
+            lake = await open_lake(stack, settings.lake)
+        counters = CacheStats()
+        cache: CachedLake | None = None
+        cluster: Cluster | None = None
+        if settings.cache.enabled:
+            if settings.cluster is not None:
+                cluster = await open_cluster(stack, settings.cluster)
+            l2_capacity = settings.cluster.l2_capacity if settings.cluster is not None else 0
+            cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity)
+        load = _load(cache)
+        secret = settings.cluster.secret if settings.cluster is not None else b""
+        peer_api = PeerAPI(secret, cluster, cache.reads if cache is not None else None, load)
+        if cluster is not None:
+            start_task(stack, heartbeat_loop(cluster, load))
+        served = cache if cache is not None else lake
+        s3 = S3Frontend(served, tenants, settings.server.frontend)
+        yield Node(settings, tenants, served, cache, cluster, s3, peer_api, _registry(counters, cache, cluster))
