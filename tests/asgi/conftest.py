@@ -69,11 +69,17 @@ def _no_network(*_: Any) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _asgi_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """boto3 on its defaults, and no socket may connect: a request that missed the bridge fails."""
-    with boto3_defaults_only(tmp_path_factory.mktemp("aws")), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(socket.socket, "connect", _no_network)
-        mp.setattr(socket.socket, "connect_ex", _no_network)
+    """boto3 on its defaults."""
+    with boto3_defaults_only(tmp_path_factory.mktemp("aws")):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _no_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No socket may connect during a test here: a request that missed the bridge fails. Per
+    test, not per session: a session-wide patch outlived this tier and broke every later one."""
+    monkeypatch.setattr(socket.socket, "connect", _no_network)
+    monkeypatch.setattr(socket.socket, "connect_ex", _no_network)
 
 
 @pytest.fixture(scope="session", params=ASGI_TARGETS)
