@@ -27,7 +27,7 @@ from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 import pytest
 from botocore.exceptions import ClientError
-from helpers import Target, empty_and_delete_bucket, unique_bucket_name
+from harness.endpoints import Target, empty_and_delete_bucket, unique_bucket_name
 
 MiB = 1024 * 1024
 EMPTY_MD5 = "d41d8cd98f00b204e9800998ecf8427e"

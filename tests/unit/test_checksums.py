@@ -30,7 +30,7 @@ from gateway.s3.errors import (
     XAmzContentSHA256Mismatch,
 )
 
-from helpers import authenticate_sent, boto3_request
+from captured import authenticate_sent, boto3_request
 
 CHECK = b"123456789"  # the customary CRC check input
 
