@@ -36,6 +36,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.netns import CLIENT_HOST, PEER_HOST, LinkCounters, ShapedNetwork, available
 from harness.ceph import CephCluster
 from harness.cluster import LocalCluster
 from harness.clients import gather_limited, make_client, run_async
@@ -43,7 +44,6 @@ from harness.endpoints import S3Endpoint
 from harness.processes import exit_on_signals, log
 from harness.results import RESULTS_DIR, emit_result, git_revision, machine_info, median, rounded
 from harness.units import MiB
-from benchmarks.netns import CLIENT_HOST, PEER_HOST, LinkCounters, ShapedNetwork, available
 
 NAME = "cluster_read"
 NODES = 3

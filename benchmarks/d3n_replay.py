@@ -44,13 +44,13 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.netns import CLIENT_HOST, PEER_HOST, ShapedNetwork, available
 from harness.ceph import CephCluster
 from harness.cluster import LocalCluster
 from harness.endpoints import S3Endpoint, Tenant
 from harness.processes import REPO_ROOT, exit_on_signals, log
 from harness.results import RESULTS_DIR, emit_result, git_revision, machine_info, rounded
 from harness.units import MiB
-from benchmarks.netns import CLIENT_HOST, PEER_HOST, ShapedNetwork, available
 
 NAME = "d3n_replay"
 RUNS = ("direct", "lakegate_1", "lakegate_3")

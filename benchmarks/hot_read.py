@@ -50,6 +50,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.relay import TcpRelay
 from harness.ceph import CephCluster
 from harness.clients import RawS3Client, TimedGet, run_async
 from harness.endpoints import S3Endpoint
@@ -76,7 +77,6 @@ from harness.results import (
     rounded,
 )
 from harness.units import GiB, KiB, MiB
-from benchmarks.relay import TcpRelay
 
 NAME = "hot_read"
 BIG = 64 * MiB

@@ -62,3 +62,15 @@ def test_an_rgw_access_log_line() -> None:
     assert request is not None
     assert (request.method, request.path, request.query, request.status) == ("GET", "/bucket/a key", "x=1", 206)
     assert (request.user_agent, request.range) == ("lakegate", "bytes=0-4194303")
+
+
+def test_nothing_shipped_imports_harness() -> None:
+    """harness/ is dev-only: the packages lakegate installs never import it."""
+    repo = Path(__file__).resolve().parents[2]
+    offenders = [
+        str(path.relative_to(repo))
+        for package in ("gateway", "cachetier", "policies", "tools")
+        for path in sorted((repo / package).rglob("*.py"))
+        if any(line.lstrip().startswith(("import harness", "from harness")) for line in path.read_text().splitlines())
+    ]
+    assert offenders == []
