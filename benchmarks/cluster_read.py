@@ -36,24 +36,14 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.clusterrun import BenchCluster
-from benchmarks.common import (
-    RESULTS_DIR,
-    CephCluster,
-    MiB,
-    S3Endpoint,
-    emit_result,
-    exit_on_signals,
-    gather_limited,
-    git_revision,
-    log,
-    machine_info,
-    make_client,
-    median,
-    rounded,
-    run_async,
-)
 from benchmarks.netns import CLIENT_HOST, PEER_HOST, LinkCounters, ShapedNetwork, available
+from harness.ceph import CephCluster
+from harness.cluster import LocalCluster
+from harness.clients import gather_limited, make_client, run_async
+from harness.endpoints import S3Endpoint
+from harness.processes import exit_on_signals, log
+from harness.results import RESULTS_DIR, emit_result, git_revision, machine_info, median, rounded
+from harness.units import MiB
 
 NAME = "cluster_read"
 NODES = 3
@@ -101,18 +91,18 @@ class Run:
 
     def one(self, mode: str, round_no: int) -> dict[str, Any]:
         shaped = self.net is not None
-        nodes = BenchCluster(self.lake, nodes=NODES, standalone=(mode == "l1_only"),
+        nodes = LocalCluster(self.lake, nodes=NODES, standalone=(mode == "l1_only"),
                              host="0.0.0.0" if shaped else "127.0.0.1",  # noqa: S104 - inside the namespace
                              advertise_host=PEER_HOST if shaped else None,
                              client_host=CLIENT_HOST if shaped else None)
         try:
-            endpoints = nodes.start()
+            endpoints = nodes.up().endpoints()
             before = self.net.counters() if self.net is not None else LinkCounters(0, 0, 0)
             seconds = run_async(read_everywhere(endpoints, self.digests, self.args.clients, round_no))
             link = (self.net.counters() - before) if self.net is not None else None
             totals = nodes.totals()
         finally:
-            nodes.stop()
+            nodes.down()
         sample = {
             "seconds": rounded(seconds),
             "lake_bytes_metrics": totals.get("lake_bytes", 0) + totals.get("bytes_bypassed", 0),

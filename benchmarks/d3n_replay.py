@@ -44,22 +44,13 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.clusterrun import BenchCluster
-from benchmarks.common import (
-    REPO_ROOT,
-    RESULTS_DIR,
-    CephCluster,
-    MiB,
-    S3Endpoint,
-    Tenant,
-    emit_result,
-    exit_on_signals,
-    git_revision,
-    log,
-    machine_info,
-    rounded,
-)
 from benchmarks.netns import CLIENT_HOST, PEER_HOST, ShapedNetwork, available
+from harness.ceph import CephCluster
+from harness.cluster import LocalCluster
+from harness.endpoints import S3Endpoint, Tenant
+from harness.processes import REPO_ROOT, exit_on_signals, log
+from harness.results import RESULTS_DIR, emit_result, git_revision, machine_info, rounded
+from harness.units import MiB
 
 NAME = "d3n_replay"
 RUNS = ("direct", "lakegate_1", "lakegate_3")
@@ -135,17 +126,17 @@ def _key_env(keys: dict[str, str]) -> dict[str, str]:
 
 def one_run(args: argparse.Namespace, name: str, lake: S3Endpoint, net: ShapedNetwork, trace: str,
             tenants: tuple[Tenant, ...], workdir: Path) -> dict[str, Any]:
-    nodes: BenchCluster | None = None
+    nodes: LocalCluster | None = None
     if name == "direct":
         endpoints = [lake.url]
         keys = {"access_key": lake.access_key, "secret_key": lake.secret_key}
     else:
         count = 1 if name == "lakegate_1" else 3
-        nodes = BenchCluster(lake, nodes=count, tenants=tenants, host="0.0.0.0",  # noqa: S104 - namespace only
+        nodes = LocalCluster(lake, nodes=count, tenants=tenants, host="0.0.0.0",  # noqa: S104 - namespace only
                              advertise_host=PEER_HOST, client_host=CLIENT_HOST,
                              cache_capacity=args.cache_capacity, l2_capacity=args.cache_capacity)
-        nodes.start()  # (clustered: returns once every node sees the others)
-        endpoints = nodes.urls
+        nodes.up()  # (clustered: returns once every node sees the others)
+        endpoints = list(nodes.urls.values())
         keys = {"file": str(workdir / "tenants.toml")}
     try:
         sampler = LakeSampler(net)
@@ -172,7 +163,7 @@ def one_run(args: argparse.Namespace, name: str, lake: S3Endpoint, net: ShapedNe
             run["peer_bytes_metrics"] = totals.get("peer_bytes", 0)
     finally:
         if nodes is not None:
-            nodes.stop()
+            nodes.down()
     log(f"{name}: {run['completion_s']} s, lake link {run['lake_link_bytes'] / MiB:.1f} MiB, "
         f"{run['errors']} errors")
     return run

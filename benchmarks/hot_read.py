@@ -50,38 +50,33 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import (
-    RESULTS_DIR,
+from benchmarks.relay import TcpRelay
+from harness.ceph import CephCluster
+from harness.clients import RawS3Client, TimedGet, run_async
+from harness.endpoints import S3Endpoint
+from harness.gateway import Gateway
+from harness.load import (
     WRK_INSTALL,
-    CephCluster,
-    CpuMeter,
-    Gateway,
-    GiB,
-    KiB,
-    MiB,
     PySpy,
-    RawS3Client,
-    S3Endpoint,
-    TimedGet,
     WrkResult,
     collapsed_stacks,
-    emit_result,
-    exit_on_signals,
-    filesystem_of,
-    git_revision,
-    log,
-    machine_info,
-    median,
-    percentile,
-    process_cpu_seconds,
     py_spy_binary,
-    rounded,
-    run_async,
     run_wrk,
     wrk_binary,
     wrk_version,
 )
-from benchmarks.relay import TcpRelay
+from harness.processes import CpuMeter, exit_on_signals, log, process_cpu_seconds
+from harness.results import (
+    RESULTS_DIR,
+    emit_result,
+    filesystem_of,
+    git_revision,
+    machine_info,
+    median,
+    percentile,
+    rounded,
+)
+from harness.units import GiB, KiB, MiB
 
 NAME = "hot_read"
 BIG = 64 * MiB

@@ -26,7 +26,7 @@ the shaping coarser, not wrong; ``burst`` is set to a few such packets. The self
 
 Processes get inside with :meth:`ShapedNetwork.command` / :meth:`popen` / :meth:`run`
 (``ip netns exec NAME ...``), or the benchmark driver moves itself in with :meth:`enter`.
-:class:`~benchmarks.common.CephCluster` takes ``command_prefix=net.prefix``. Teardown (context
+:class:`~harness.ceph.CephCluster` takes ``command_prefix=net.prefix``. Teardown (context
 manager, and ``on_exit`` for Ctrl-C and signals) kills every process left in the namespace
 (``ip netns pids``) and deletes it. Needs root, ``ip`` and ``tc`` (Debian's iproute2).
 """
@@ -51,17 +51,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from benchmarks.common import (
-    REPO_ROOT,
-    CephCluster,
-    MiB,
-    cancel_on_exit,
-    emit_result,
-    exit_on_signals,
-    log,
-    machine_info,
-    on_exit,
-)
+from harness.ceph import CephCluster
+from harness.processes import REPO_ROOT, cancel_on_exit, exit_on_signals, log, on_exit
+from harness.results import emit_result, machine_info
+from harness.units import MiB
 
 NAME_PREFIX = "lakegate-bench-"
 CLIENT_HOST = "127.0.0.1"

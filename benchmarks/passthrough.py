@@ -41,29 +41,13 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import (
-    CLIENTS,
-    RESULTS_DIR,
-    CephCluster,
-    CpuMeter,
-    Gateway,
-    GiB,
-    KiB,
-    MiB,
-    S3ClientBase,
-    S3Endpoint,
-    emit_result,
-    exit_on_signals,
-    git_revision,
-    log,
-    machine_info,
-    make_client,
-    median,
-    percentile,
-    process_cpu_seconds,
-    rounded,
-    run_async,
-)
+from harness.ceph import CephCluster
+from harness.clients import CLIENTS, S3ClientBase, make_client, run_async
+from harness.endpoints import S3Endpoint
+from harness.gateway import Gateway
+from harness.processes import CpuMeter, exit_on_signals, log, process_cpu_seconds
+from harness.results import RESULTS_DIR, emit_result, git_revision, machine_info, median, percentile, rounded
+from harness.units import GiB, KiB, MiB
 
 NAME = "passthrough"
 BIG = 64 * MiB

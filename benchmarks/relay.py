@@ -22,7 +22,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import free_port, on_exit, port_busy, terminate
+from harness.ports import free_port, port_busy
+from harness.processes import on_exit, terminate
 
 
 class _Side(asyncio.Protocol):

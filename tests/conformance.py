@@ -39,7 +39,7 @@ from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 import pytest
 from botocore.exceptions import ClientError
-from helpers import Target, empty_and_delete_bucket, unique_bucket_name
+from harness.endpoints import Target, empty_and_delete_bucket, unique_bucket_name
 
 # boto3/awscli settings from the environment that would change what the suite sends
 _AWS_CONFIG_VARIABLES = (

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from conformance import boto3_defaults_only, fresh_bucket, target_client
-from helpers import ALICE, Target
+from harness.endpoints import ALICE, Target
 from inprocess import AsgiBridge
 
 from cachetier.lake import Lake

@@ -1,57 +1,37 @@
 """Cluster tier: several real `lakegate serve` processes over the real Ceph RGW.
 
 The session-scoped `cluster` fixture runs `lakegate cluster up --nodes 3` in front of the RGW
-that S3_ENDPOINT_URL / AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY name, with the ALICE tenant,
-and `lakegate cluster down` at the end; its API is in tests/cluster/localnodes.py. Lake
-requests are counted from RGW's log with tests/integration/rgwlog.py (`rgw_log` fixture).
+that S3_ENDPOINT_URL / AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY name (`rgw_target`, from
+tests/conftest.py), with the ALICE tenant, and `lakegate cluster down` at the end; its API is
+harness/cluster.py's LocalCluster. Lake requests are counted from RGW's log with
+harness/rgwlog.py (`rgw_log` fixture).
 `start_cluster` starts further clusters (other sizes, `--standalone`, extra serve flags), each
 stopped at the end of the session. Without S3_ENDPOINT_URL the tier is skipped, like the
-integration tier; its tests carry the `integration` marker (they need the RGW).
+integration tier; its tests carry the `integration` marker (they need the RGW; tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ALICE, Target, empty_and_delete_bucket, unique_bucket_name
-from integration.rgwlog import RgwLog
-from localnodes import LocalCluster, StartCluster
 
-CLUSTER_DIR = Path(__file__).resolve().parent
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if CLUSTER_DIR in Path(item.path).resolve().parents:
-            item.add_marker(pytest.mark.integration)
+from harness.cluster import LocalCluster, StartCluster
+from harness.endpoints import ALICE, Target, empty_and_delete_bucket, unique_bucket_name
+from harness.rgwlog import RgwLog
 
 
 @pytest.fixture(scope="session")
-def lake_target() -> Target:
-    """The RGW the nodes use as their lake."""
-    if not os.environ.get("S3_ENDPOINT_URL"):
-        pytest.skip("S3_ENDPOINT_URL is not set: the cluster tier needs a Ceph RGW "
-                    "(`make test` starts one; or source the s3.env that deploy/ceph/start-ceph.sh writes)")
-    try:
-        return Target(name="rgw", endpoint_url=os.environ["S3_ENDPOINT_URL"].rstrip("/"),
-                      access_key=os.environ["AWS_ACCESS_KEY_ID"],
-                      secret_key=os.environ["AWS_SECRET_ACCESS_KEY"], lake="rgw", via_gateway=False)
-    except KeyError as exc:
-        pytest.fail(f"S3_ENDPOINT_URL is set but {exc.args[0]} is not")
-
-
-@pytest.fixture(scope="session")
-def start_cluster(lake_target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartCluster]:
+def start_cluster(rgw_target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartCluster]:
     """``start_cluster(nodes=3, up_args=(...))``: a cluster up now, down at the end of the session."""
     started: list[LocalCluster] = []
 
     def start(nodes: int = 3, up_args: tuple[str, ...] = ()) -> LocalCluster:
-        cluster = LocalCluster(workdir=tmp_path_factory.mktemp("cluster"), lake=lake_target, tenant=ALICE,
-                               nodes=nodes, up_args=up_args)
+        # the nodes' access log stays on and up() does not wait for the ring (the tests wait
+        # for what they need)
+        cluster = LocalCluster(rgw_target.endpoint, nodes=nodes, tenants=(ALICE,), up_args=up_args, env={},
+                               converge=False, workdir=tmp_path_factory.mktemp("cluster"))
         started.append(cluster)
         return cluster.up()
 
@@ -67,7 +47,7 @@ def cluster(start_cluster: StartCluster) -> LocalCluster:
 
 
 @pytest.fixture(scope="session")
-def rgw_log(lake_target: Target) -> RgwLog:
+def rgw_log(rgw_target: Target) -> RgwLog:
     """The RGW's access log, for counting lake requests (needs CEPH_CONF from s3.env)."""
     try:
         return RgwLog.from_environment()
@@ -76,9 +56,9 @@ def rgw_log(lake_target: Target) -> RgwLog:
 
 
 @pytest.fixture
-def lake_s3(lake_target: Target) -> Iterator[Any]:
+def lake_s3(rgw_target: Target) -> Iterator[Any]:
     """boto3 straight to the RGW, past every node."""
-    client = lake_target.client()
+    client = rgw_target.client()
     yield client
     client.close()
 

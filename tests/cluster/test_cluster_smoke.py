@@ -6,8 +6,8 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from integration.rgwlog import RgwLog
-from localnodes import LocalCluster, StartCluster
+from harness.cluster import LocalCluster, StartCluster
+from harness.rgwlog import RgwLog
 
 from tools.localcluster import is_node_process
 

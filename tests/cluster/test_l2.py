@@ -2,7 +2,7 @@
 the whole cluster, by its owner; a node's death costs clients nothing; writes through one node
 are never read stale through another; the peer API takes only the cluster's HMAC.
 
-Lake requests are counted in RGW's own log (tests/integration/rgwlog.py).
+Lake requests are counted in RGW's own log (harness/rgwlog.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from helpers import ALICE
-from localnodes import LocalCluster
+from harness.cluster import LocalCluster
+from harness.endpoints import ALICE
 
 from cachetier.blocks.ids import block_count
 from cachetier.cluster.wire import sign

@@ -4,7 +4,8 @@ and the tier's other suites, run against several S3 endpoints.
 Like moto's boto3 suite rerun against a live server, every test takes the session-scoped,
 parametrised `target` fixture and runs once per endpoint:
 
-    rgw          Ceph RGW itself (S3_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)
+    rgw          Ceph RGW itself (S3_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY:
+                 the `rgw_target` fixture of tests/conftest.py)
     gw-rgw       `lakegate serve` in front of that RGW
     gw-dir       `lakegate serve` on its embedded folder lake (--lake dir:PATH)
     gw-rgw-tls   gw-rgw over HTTPS (self-signed CA made with trustme)
@@ -28,14 +29,15 @@ from typing import Any
 import pytest
 import trustme
 from conformance import boto3_defaults_only, fresh_bucket, target_client
-from helpers import (
+
+from harness.ceph import NO_RGW
+from harness.endpoints import (
     ALICE,
     TARGETS,
-    GatewayProcess,
+    S3Endpoint,
     Target,
-    free_port,
-    gateway_environment,
 )
+from harness.gateway import Gateway
 
 _TARGET_FIXTURES = {
     "rgw": "rgw_target",
@@ -48,26 +50,9 @@ _TARGET_FIXTURES = {
 @pytest.fixture(scope="session", autouse=True)
 def _integration_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     if not os.environ.get("S3_ENDPOINT_URL"):
-        pytest.skip("S3_ENDPOINT_URL is not set: the integration tier needs a Ceph RGW "
-                    "(`make test` starts one; or source the s3.env that "
-                    "deploy/ceph/start-ceph.sh writes)")
+        pytest.skip(NO_RGW)
     with boto3_defaults_only(tmp_path_factory.mktemp("aws")):
         yield
-
-
-@pytest.fixture(scope="session")
-def rgw_target() -> Target:
-    try:
-        return Target(
-            name="rgw",
-            endpoint_url=os.environ["S3_ENDPOINT_URL"].rstrip("/"),
-            access_key=os.environ["AWS_ACCESS_KEY_ID"],
-            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-            lake="rgw",
-            via_gateway=False,
-        )
-    except KeyError as exc:
-        pytest.fail(f"S3_ENDPOINT_URL is set but {exc.args[0]} is not")
 
 
 @pytest.fixture(scope="session")
@@ -84,69 +69,42 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {name: str(path) for name, path in files.items()}
 
 
-def _serve(tmp_path_factory: pytest.TempPathFactory, name: str, lake_args: list[str],
-           lake: str, tls: dict[str, str] | None) -> Iterator[Target]:
-    workdir = tmp_path_factory.mktemp(name)
-    tenants = workdir / "tenants.toml"
-    tenants.write_text(ALICE.to_toml())
-    args = [*lake_args, "--tenants", str(tenants), "--cache-dir", str(workdir / "cache")]
-    if tls:
-        args += ["--tls-cert", tls["cert"], "--tls-key", tls["key"]]
-    gateway = GatewayProcess(
-        args=args,
-        port=free_port(),
-        log_path=workdir / "lakegate.log",
-        ca_bundle=tls["ca"] if tls else None,
-        env=gateway_environment({"LAKEGATE_VIRTUAL_HOST_SUFFIXES": "localhost"}),
-    )
+def _serve(tmp_path_factory: pytest.TempPathFactory, name: str, lake: S3Endpoint | str,
+           tls: dict[str, str] | None) -> Iterator[Target]:
+    gateway = Gateway(lake, tenants=(ALICE,), env={"LAKEGATE_VIRTUAL_HOST_SUFFIXES": "localhost"}, tls=tls,
+                      workdir=tmp_path_factory.mktemp(name))
     try:
         gateway.start()
-        yield Target(
-            name=name,
-            endpoint_url=gateway.base_url,
-            access_key=ALICE.access_key,
-            secret_key=ALICE.secret_key,
-            lake=lake,
-            via_gateway=True,
-            ca_bundle=gateway.ca_bundle,
-            log_path=gateway.log_path,
-        )
+        yield gateway.target(name, "dir" if isinstance(lake, str) else "rgw")
     finally:
         gateway.stop()
 
 
-def _rgw_lake_args(rgw: Target) -> list[str]:
-    return ["--lake", rgw.endpoint_url,
-            "--lake-access-key", rgw.access_key, "--lake-secret-key", rgw.secret_key]
-
-
-def _dir_lake_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    return ["--lake", f"dir:{tmp_path_factory.mktemp('dirlake')}"]
+def _dir_lake(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"dir:{tmp_path_factory.mktemp('dirlake')}"
 
 
 @pytest.fixture(scope="session")
 def gateway_rgw_target(tmp_path_factory: pytest.TempPathFactory,
                        rgw_target: Target) -> Iterator[Target]:
-    yield from _serve(tmp_path_factory, "gw-rgw", _rgw_lake_args(rgw_target), "rgw", None)
+    yield from _serve(tmp_path_factory, "gw-rgw", rgw_target.endpoint, None)
 
 
 @pytest.fixture(scope="session")
 def gateway_dir_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    yield from _serve(tmp_path_factory, "gw-dir", _dir_lake_args(tmp_path_factory), "dir", None)
+    yield from _serve(tmp_path_factory, "gw-dir", _dir_lake(tmp_path_factory), None)
 
 
 @pytest.fixture(scope="session")
 def gateway_rgw_tls_target(tmp_path_factory: pytest.TempPathFactory, rgw_target: Target,
                            tls_files: dict[str, str]) -> Iterator[Target]:
-    yield from _serve(tmp_path_factory, "gw-rgw-tls", _rgw_lake_args(rgw_target), "rgw",
-                      tls_files)
+    yield from _serve(tmp_path_factory, "gw-rgw-tls", rgw_target.endpoint, tls_files)
 
 
 @pytest.fixture(scope="session")
 def gateway_dir_tls_target(tmp_path_factory: pytest.TempPathFactory,
                            tls_files: dict[str, str]) -> Iterator[Target]:
-    yield from _serve(tmp_path_factory, "gw-dir-tls", _dir_lake_args(tmp_path_factory), "dir",
-                      tls_files)
+    yield from _serve(tmp_path_factory, "gw-dir-tls", _dir_lake(tmp_path_factory), tls_files)
 
 
 @pytest.fixture(scope="session", params=TARGETS)

@@ -3,7 +3,7 @@
 Each test starts its own `lakegate serve` (tenant alice) with the cache settings it needs and
 a cache directory of its own; test objects go straight into RGW with the lake's keys unless
 the test is about writes through the gateway. Lake requests are counted in RGW's access log
-(tests/integration/rgwlog.py) after a mark taken just before the reads, in buckets no other
+(harness/rgwlog.py) after a mark taken just before the reads, in buckets no other
 test uses, so every count is asserted exactly.
 """
 
@@ -25,19 +25,12 @@ from typing import Any, Self
 
 import pytest
 from botocore.exceptions import ClientError
-from helpers import (
-    ALICE,
-    GatewayProcess,
-    Target,
-    empty_and_delete_bucket,
-    free_port,
-    gateway_environment,
-    unique_bucket_name,
-)
+from harness.endpoints import ALICE, Target, empty_and_delete_bucket, unique_bucket_name
+from harness.gateway import Gateway as GatewayProcess
+from harness.rgwlog import RgwLog
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-from rgwlog import RgwLog
 
 from cachetier.blocks.ids import BlockId
 
@@ -62,19 +55,17 @@ class Gateway:
         return self.cache_dir / "l1"
 
     def client(self) -> Any:
-        target = Target("gw", self.process.base_url, ALICE.access_key, ALICE.secret_key, "rgw", True,
-                        log_path=self.process.log_path)
-        client = target.client()
+        client = self.process.target("gw", "rgw").client()
         self.clients.append(client)
         return client
 
     def stats(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.process.base_url + "/_lakegate/admin/stats", timeout=10) as resp:
+        with urllib.request.urlopen(self.process.url + "/_lakegate/admin/stats", timeout=10) as resp:
             result: dict[str, Any] = json.load(resp)
         return result
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(self.process.base_url + "/metrics", timeout=10) as resp:
+        with urllib.request.urlopen(self.process.url + "/metrics", timeout=10) as resp:
             return str(resp.read().decode())
 
     def wait_stored(self, size: int, timeout: float = 10.0) -> None:
@@ -127,18 +118,10 @@ def start_gateway(tmp_path: Path, rgw_target: Target) -> Iterator[StartGateway]:
 
     def start(cache_dir: Path | None = None, **cache_settings: str) -> Gateway:
         n = len(started)
-        tenants = tmp_path / "tenants.toml"
-        tenants.write_text(ALICE.to_toml())
         cache_dir = cache_dir or tmp_path / f"cache-{n}"
-        env = gateway_environment({f"LAKEGATE_{k.upper()}": v for k, v in cache_settings.items()})
-        process = GatewayProcess(
-            args=["--lake", rgw_target.endpoint_url, "--lake-access-key", rgw_target.access_key,
-                  "--lake-secret-key", rgw_target.secret_key, "--tenants", str(tenants),
-                  "--cache-dir", str(cache_dir)],
-            port=free_port(),
-            log_path=tmp_path / f"lakegate-{n}.log",
-            env=env,
-        )
+        process = GatewayProcess(rgw_target.endpoint, tenants=(ALICE,), workdir=tmp_path / f"gateway-{n}",
+                                 cache_dir=cache_dir,
+                                 env={f"LAKEGATE_{k.upper()}": v for k, v in cache_settings.items()})
         gateway = Gateway(process, cache_dir)
         started.append(gateway)
         process.start()

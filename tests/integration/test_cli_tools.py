@@ -23,7 +23,7 @@ import botocore.auth
 import botocore.crt.auth
 import pytest
 from botocore.compat import get_current_datetime
-from helpers import REGION, Target
+from harness.endpoints import REGION, Target
 
 MiB = 1024 * 1024
 CLI_TIMEOUT_S = 300

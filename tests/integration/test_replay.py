@@ -13,13 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import (
-    Target,
-    empty_and_delete_bucket,
-    gateway_environment,
-    lakegate_command,
-    unique_bucket_name,
-)
+from harness.endpoints import Target, empty_and_delete_bucket, unique_bucket_name
+from harness.processes import gateway_environment, lakegate_command
 
 from tools.replay.trace import read_trace
 

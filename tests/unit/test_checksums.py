@@ -24,7 +24,7 @@ from gateway.s3.checksums import (
 from cachetier.errors import BadDigest, IncompleteBody, InvalidDigest, InvalidRequest, S3Error
 from gateway.s3.errors import XAmzContentSHA256Mismatch
 
-from helpers import authenticate_sent, boto3_request
+from captured import authenticate_sent, boto3_request
 
 CHECK = b"123456789"  # the customary CRC check input
 

@@ -29,7 +29,7 @@ from cachetier.errors import BadDigest, IncompleteBody, InvalidRequest, S3Error
 from gateway.s3.errors import SignatureDoesNotMatch
 from gateway.s3.sigv4 import AuthContext, SignedRequest, authenticate, signing_key
 
-from helpers import authenticate_sent, boto3_request
+from captured import authenticate_sent, boto3_request
 
 # ---- AWS docs: "Signature Calculation: Transferring Payload in Multiple Chunks" ----
 

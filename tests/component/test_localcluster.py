@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ALICE, gateway_environment
+from harness.endpoints import ALICE
+from harness.processes import gateway_environment
 
 from tools import localcluster
 

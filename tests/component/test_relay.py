@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from benchmarks.common import free_port
 from benchmarks.relay import serve
+from harness.ports import free_port
 
 
 def test_the_relay_forwards_both_ways_and_closes_with_the_server() -> None:
