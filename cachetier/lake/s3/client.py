@@ -1,7 +1,7 @@
 """``S3Lake``: the :class:`~cachetier.lake.Lake` over any S3 endpoint (Ceph RGW, MinIO, AWS).
 
-Requests are path-style (``/bucket/key``), signed with botocore's SigV4 signer, built as httpx
-requests and sent straight to a pooled transport (HTTP/1.1): ``cachetier.net.transport``'s lean one
+Requests are path-style (``/bucket/key``), signed with awscrt's SigV4 signer (``signing``), built
+as httpx requests and sent straight to a pooled transport (HTTP/1.1): ``cachetier.net.transport``'s lean one
 by default. No httpx client sits in between: its per-request cookie, auth and redirect handling
 cost ~0.3 ms of CPU per lake request (profiled) and a lake needs none of them. Bodies stream both ways: uploads go out with
 ``UNSIGNED-PAYLOAD`` and an explicit Content-Length, downloads are handed over as they arrive.
@@ -20,6 +20,7 @@ import base64
 import contextlib
 import hashlib
 import random
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
@@ -27,13 +28,10 @@ from typing import ParamSpec, TypeVar
 from urllib.parse import quote
 
 import httpx
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.config import Config
-from botocore.credentials import Credentials
 
 from cachetier import errors
 from cachetier.lake.s3 import xml as s3xml
+from cachetier.lake.s3.signing import UNSIGNED_PAYLOAD, CrtSigner, Signer
 from cachetier.lake.conditions import Conditions
 from cachetier.errors import (
     IncompleteBody,
@@ -82,9 +80,6 @@ _CODE_BY_STATUS = {301: "PermanentRedirect", 403: "AccessDenied", 416: "InvalidR
 _INFO_HEADERS = ("x-amz-version-id", "x-amz-storage-class", "x-amz-mp-parts-count")
 # Asks S3 to return stored checksums on GET/HEAD (AWS only does when asked).
 _CHECKSUM_MODE = {"x-amz-checksum-mode": "ENABLED"}
-# How botocore 1.43's S3SigV4Auth is told to sign UNSIGNED-PAYLOAD (over http too); it
-# replaces an x-amz-content-sha256 header set before signing.
-_UNSIGNED_PAYLOAD = Config(s3={"payload_signing_enabled": False})
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -106,13 +101,15 @@ class S3Lake:
         max_connections: int = 64,
         retries: int = 3,
         transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         url = httpx.URL(endpoint)
         if url.scheme not in ("http", "https") or not url.host or url.path not in ("", "/"):
             raise ValueError("the lake endpoint must be http(s)://host[:port]")
         self._host = url.netloc.decode("ascii")
         self._origin = f"{url.scheme}://{self._host}"
-        self._signer = S3SigV4Auth(Credentials(access_key, secret_key), "s3", region)
+        self._signer: Signer = CrtSigner(access_key, secret_key, region)
+        self._clock = clock  # the signing time
         self._retries = retries
         self._timeouts = (timeout or _DEFAULT_TIMEOUT).as_dict()
         self._transport = transport if transport is not None else LakeTransport(max_connections=max_connections)
@@ -437,20 +434,11 @@ class S3Lake:
         elif method in ("PUT", "POST"):
             headers["content-length"] = "0"
         wire = {name: _wire_value(value) for name, value in headers.items()}
-        aws = AWSRequest(
-            method=method,
-            url=self._origin + path + suffix,
-            headers={name: _signed_value(name, value) for name, value in wire.items()},
-            data=content if isinstance(content, bytes) else None,
-        )
-        if content is None or isinstance(content, _Upload):
-            # no body to sign (GET, HEAD, DELETE: botocore would still build a prepared
-            # request to hash the empty one), or a streamed one
-            aws.context["client_config"] = _UNSIGNED_PAYLOAD
-        self._signer.add_auth(aws)
-        for name, value in aws.headers.items():
-            if name.lower() not in wire:
-                wire[name.lower()] = value.encode("ascii")
+        signed = {name: _signed_value(name, value) for name, value in wire.items()}
+        payload_hash = hashlib.sha256(content).hexdigest() if isinstance(content, bytes) else UNSIGNED_PAYLOAD
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        for name, value in self._signer.sign(method, path + suffix, signed, payload_hash, now).items():
+            wire[name] = value.encode("ascii")
         # unsigned, and not added by httpx for a Request sent as is: bodies pass through as
         # stored (no transfer compression), and the lake's log can tell lakegate's requests
         wire.setdefault("accept-encoding", b"identity")
@@ -558,7 +546,7 @@ def _wire_value(value: str) -> bytes:
 
 
 def _signed_value(name: str, value: bytes) -> str:
-    # botocore hashes the canonical request as UTF-8, so the value it signs must be the
+    # SigV4 hashes the canonical request as UTF-8, so the value it signs must be the
     # wire bytes read as UTF-8.
     try:
         return value.decode("utf-8")
