@@ -33,6 +33,7 @@ from cachetier.lake.s3.client import S3Lake
 from gateway.loops.membership import build_cluster, heartbeat_loop, host_load
 from gateway.metrics import CacheCollector, ClusterCollector
 from gateway.peerapi import PeerAPI
+from gateway.process import tune_malloc
 from gateway.s3.frontend import S3Frontend
 from gateway.settings import Settings
 from gateway.tenants import TenantDirectory
@@ -87,6 +88,7 @@ class LakegateApp:
     """The ASGI app uvicorn serves."""
 
     def __init__(self, settings: Settings, *, lake: Lake | None = None, tenants: TenantDirectory | None = None):
+        tune_malloc()  # before the first body buffer, however the app is served
         self.settings = settings
         self.stats = CacheStats()
         self.lake_client = lake if lake is not None else build_lake(settings)
