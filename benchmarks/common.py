@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 from urllib.parse import quote, urlsplit
 
-import httpx
+import httpx2 as httpx  # the maintained continuation of httpx, same API
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
@@ -614,12 +614,12 @@ class S3ClientBase:
 
 class HttpxS3Client(S3ClientBase):
     """The S3 client on one pooled ``httpx.AsyncClient``; socket reads raised to 1 MiB
-    (httpcore reads 64 KiB by default) - a class attribute, so it applies to every httpx
+    (httpcore2 reads 64 KiB by default) - a class attribute, so it applies to every httpx
     client of the benchmark process (never to the gateway's)."""
 
     def __init__(self, endpoint: S3Endpoint, max_connections: int = 64, timeout: float = 120.0) -> None:
         super().__init__(endpoint, max_connections, timeout)
-        from httpcore._async import http11
+        from httpcore2._async import http11
 
         http11.AsyncHTTP11Connection.READ_NUM_BYTES = BODY_CHUNK
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)

@@ -15,7 +15,7 @@ import time
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
-import httpx
+import httpx2 as httpx  # the maintained continuation of httpx, same API
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import Response as FastAPIResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest

@@ -99,7 +99,7 @@ def serve(settings: Settings) -> None:
     except TenantsFileError as exc:
         _fail(f"invalid tenants file: {exc}")
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per peer and lake request otherwise
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per peer and lake request otherwise
     app = LakegateApp(settings, tenants=tenants)
     print(_banner(settings, tenants), flush=True)
     uvicorn.run(

@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlencode
 
-import httpx
+import httpx2 as httpx  # the maintained continuation of httpx, same API
 
 from cachetier.errors import PreconditionFailed
 from cachetier.net.transport import LakeTransport

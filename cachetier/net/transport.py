@@ -35,7 +35,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator
 
 import httptools  # type: ignore[import-untyped]
-import httpx
+import httpx2 as httpx  # the maintained continuation of httpx, same API
 
 _HIGH_WATER = 4 << 20  # body bytes buffered for the consumer before the socket is paused
 _NO_BODY_STATUSES = frozenset({204, 304})

@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
-import httpx
+import httpx2 as httpx  # the maintained continuation of httpx, same API
 import pytest
 
 from cachetier.errors import S3Error

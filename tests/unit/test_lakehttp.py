@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-import httpx
+import httpx2 as httpx  # the maintained continuation of httpx, same API
 import pytest
 import trustme
 import uvloop

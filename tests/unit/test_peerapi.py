@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-import httpx
+import httpx2 as httpx  # the maintained continuation of httpx, same API
 import pytest
 from test_readpath import BS, B, Clock, CountingLake, MemoryLake, put, run
 from test_readpath_cluster import Node, nodes

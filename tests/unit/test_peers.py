@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 
-import httpx
+import httpx2 as httpx  # the maintained continuation of httpx, same API
 import pytest
 
 from cachetier.cluster.node import Cluster

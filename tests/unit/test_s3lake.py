@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
-import httpx
+import httpx2 as httpx  # the maintained continuation of httpx, same API
 import pytest
 
 from cachetier import errors

@@ -27,7 +27,7 @@ from email.utils import format_datetime, parsedate_to_datetime
 from typing import ParamSpec, TypeVar
 from urllib.parse import quote
 
-import httpx
+import httpx2 as httpx  # the maintained continuation of httpx, same API
 
 from cachetier import errors
 from cachetier.lake.s3 import xml as s3xml
