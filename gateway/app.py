@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from cachetier.cluster.wire import PREFIX as PEER_PREFIX
 from cachetier.lake import Lake
 from cachetier.telemetry.snapshots import CacheSnapshot
+from gateway.process import tune_malloc
 from gateway.settings import Settings
 from gateway.tenants import TenantDirectory
 from gateway.wiring import Node, NodeStats, running_node
@@ -37,6 +38,7 @@ class LakegateApp:
     """The ASGI app uvicorn serves. Its node exists while the lifespan runs (``running``)."""
 
     def __init__(self, settings: Settings, *, lake: Lake | None = None, tenants: TenantDirectory | None = None):
+        tune_malloc()  # before the first body buffer, however the app is served
         self.settings = settings
         self.tenants = tenants if tenants is not None else TenantDirectory.load(settings.server.tenants_file)
         self._lake = lake

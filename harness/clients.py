@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Self, TypeVar
 from urllib.parse import quote, urlsplit
 
-import httpx
+import httpx2
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
@@ -37,7 +37,7 @@ T = TypeVar("T")
 #                  keeps the client's CPU (which shares the machine's cores with the lake and the
 #                  gateway) small. It speaks exactly what RGW and lakegate answer: Content-Length
 #                  or chunked bodies, keep-alive.
-#   HttpxS3Client  httpx.AsyncClient (what lakegate itself uses to reach the lake); for
+#   HttpxS3Client  httpx2.AsyncClient (what lakegate itself uses to reach the lake); for
 #                  comparison. On a 2-core machine it costs ~1.2 CPU-s per GiB received
 #                  (h11 buffer copies), about 5x RawS3Client, and measurably slows a local RGW.
 
@@ -143,18 +143,18 @@ class S3ClientBase:
 
 
 class HttpxS3Client(S3ClientBase):
-    """The S3 client on one pooled ``httpx.AsyncClient``; socket reads raised to 1 MiB
+    """The S3 client on one pooled ``httpx2.AsyncClient``; socket reads raised to 1 MiB
     (httpcore reads 64 KiB by default) - a class attribute, so it applies to every httpx
     client of the benchmark process (never to the gateway's)."""
 
     def __init__(self, endpoint: S3Endpoint, max_connections: int = 64, timeout: float = 120.0) -> None:
         super().__init__(endpoint, max_connections, timeout)
-        from httpcore._async import http11
+        from httpcore2._async import http11
 
         http11.AsyncHTTP11Connection.READ_NUM_BYTES = BODY_CHUNK
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self.http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=10.0), limits=limits, trust_env=False,
+        limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self.http = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(timeout, connect=10.0), limits=limits, trust_env=False,
             headers={"accept-encoding": "identity", "user-agent": "lakegate-bench"},
         )
 

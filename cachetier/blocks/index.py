@@ -217,7 +217,8 @@ class BlockIndex:
 
 def _sql(cache: diskcache.Cache, statement: str, *params: Any) -> list[tuple[Any, ...]]:
     # diskcache (pinned 5.6.3) has no public query for rows, nor one that leaves its LRU/LFU
-    # bookkeeping alone: its connection for this thread runs our statements.
+    # bookkeeping alone: its connection for this thread runs our statements. Each thing they
+    # assume of its tables is pinned by tests/unit/test_diskcache_assumptions.py.
     rows: list[tuple[Any, ...]] = cache._sql(statement, params).fetchall()
     return rows
 

@@ -13,7 +13,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol, runtime_checkable
 
-import httpx
+import httpx2
 
 from cachetier.cluster import wire
 from cachetier.cluster.ring import Member
@@ -85,15 +85,15 @@ class PeerClient:
         clock: Callable[[], float],
         connect_timeout: float = 1.0,
         verify_tls: bool | str = True,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.me = me
         self.secret = secret
         self.clock = clock
         if transport is None:
             transport = LakeTransport(max_connections=256, max_idle=64, ssl_context=_tls_context(verify_tls))
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+        self.client = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(timeout, connect=connect_timeout),
             transport=transport,
             headers={"user-agent": "lakegate-peer"},
         )
@@ -106,7 +106,7 @@ class PeerClient:
         headers = self._headers("POST", path, "", body) | {"content-type": "application/json"}
         try:
             resp = await self.client.post(url + path, content=body, headers=headers, timeout=timeout)
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise PeerUnavailable(f"{url}: {exc!r}") from exc
         if resp.status_code != 200:
             raise PeerUnavailable(f"{url}: {path} answered {resp.status_code}")
@@ -143,7 +143,7 @@ class PeerClient:
                 _check_length(member, request, resp.headers)
                 async for chunk in resp.aiter_raw():
                     yield chunk
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise PeerUnavailable(f"{member.id}: {exc!r}") from exc
 
     async def aclose(self) -> None:

@@ -35,7 +35,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator
 
 import httptools  # type: ignore[import-untyped]
-import httpx
+import httpx2
 
 _HIGH_WATER = 4 << 20  # body bytes buffered for the consumer before the socket is paused
 _NO_BODY_STATUSES = frozenset({204, 304})
@@ -120,13 +120,13 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.parser is None or self.response is None or self.response.complete:
-            self.error = httpx.RemoteProtocolError("the lake sent bytes nobody asked for")
+            self.error = httpx2.RemoteProtocolError("the lake sent bytes nobody asked for")
             self._lose()
             return
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:  # 101: nobody asked
-            self.error = httpx.RemoteProtocolError(f"bad HTTP response: {exc}")
+            self.error = httpx2.RemoteProtocolError(f"bad HTTP response: {exc}")
             self._lose()
             return
         response = self.response
@@ -150,14 +150,14 @@ class _Connection(asyncio.Protocol):
         if response is not None and response.headers_done and response.until_eof:
             response.complete = True  # HTTP/1.0 style: the close is the body's end
         if self.error is None:
-            self.error = httpx.RemoteProtocolError("the server closed the connection")
+            self.error = httpx2.RemoteProtocolError("the server closed the connection")
         self._lose()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.error is None:
-            self.error = httpx.ReadError(f"the connection was lost: {exc!r}") if exc else \
-                httpx.RemoteProtocolError("the server closed the connection")
+            self.error = httpx2.ReadError(f"the connection was lost: {exc!r}") if exc else \
+                httpx2.RemoteProtocolError("the server closed the connection")
         self.closed = True
         self._writable.set()
         self._wake()
@@ -197,13 +197,13 @@ class _Connection(asyncio.Protocol):
                 await self._waiter
         except TimeoutError:
             self.close()
-            raise httpx.ReadTimeout("the lake did not answer in time") from None
+            raise httpx2.ReadTimeout("the lake did not answer in time") from None
         finally:
             self._waiter = None
 
     async def _write(self, data: bytes, timeout: float | None) -> None:
         if self.closed or self.transport is None:
-            raise self.error or httpx.WriteError("the connection is closed")
+            raise self.error or httpx2.WriteError("the connection is closed")
         self.transport.write(data)
         if not self._writable.is_set():
             try:
@@ -211,11 +211,11 @@ class _Connection(asyncio.Protocol):
                     await self._writable.wait()
             except TimeoutError:
                 self.close()
-                raise httpx.WriteTimeout("the lake did not take the request body in time") from None
+                raise httpx2.WriteTimeout("the lake did not take the request body in time") from None
             if self.closed:
-                raise self.error or httpx.WriteError("the connection is closed")
+                raise self.error or httpx2.WriteError("the connection is closed")
 
-    async def send(self, request: httpx.Request, timeouts: dict[str, float | None]) -> None:
+    async def send(self, request: httpx2.Request, timeouts: dict[str, float | None]) -> None:
         self.response = _Response(head_only=request.method == "HEAD")
         self.parser = self.response.parser = httptools.HttpResponseParser(self.response)
         chunked = False
@@ -226,7 +226,7 @@ class _Connection(asyncio.Protocol):
         lines.append(b"\r\n")
         head = b"".join(lines)
         stream = request.stream
-        if isinstance(stream, httpx.ByteStream):  # bytes: one write with the head
+        if isinstance(stream, httpx2.ByteStream):  # bytes: one write with the head
             await self._write(head + b"".join([c async for c in stream]), timeouts.get("write"))
             return
         await self._write(head, timeouts.get("write"))
@@ -271,7 +271,7 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
 
-class _Body(httpx.AsyncByteStream):
+class _Body(httpx2.AsyncByteStream):
     def __init__(self, transport: LakeTransport, origin: tuple[str, str, int], conn: _Connection,
                  timeout: float | None) -> None:
         self._transport, self._origin, self._conn, self._timeout = transport, origin, conn, timeout
@@ -294,7 +294,7 @@ class _Body(httpx.AsyncByteStream):
         self._transport.release(self._origin, self._conn)
 
 
-class LakeTransport(httpx.AsyncBaseTransport):
+class LakeTransport(httpx2.AsyncBaseTransport):
     def __init__(self, *, max_connections: int = 64, max_idle: int | None = None,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.ssl_context = ssl_context
@@ -303,7 +303,7 @@ class LakeTransport(httpx.AsyncBaseTransport):
         self._idle: defaultdict[tuple[str, str, int], list[_Connection]] = defaultdict(list)
         self._open: set[_Connection] = set()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
         url = request.url
         origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
@@ -311,7 +311,7 @@ class LakeTransport(httpx.AsyncBaseTransport):
             async with asyncio.timeout(timeouts.get("pool")):
                 await self._slots.acquire()
         except TimeoutError:
-            raise httpx.PoolTimeout("no lake connection free in time") from None
+            raise httpx2.PoolTimeout("no lake connection free in time") from None
         conn: _Connection | None = None
         try:
             conn = self._pooled(origin) or await self._connect(origin, timeouts.get("connect"))
@@ -327,7 +327,7 @@ class LakeTransport(httpx.AsyncBaseTransport):
         stream = _Body(self, origin, conn, timeouts.get("read"))
         if request.method == "HEAD" or status in _NO_BODY_STATUSES:
             conn.response.complete = True  # type: ignore[union-attr]
-        return httpx.Response(status, headers=head.headers, stream=stream,
+        return httpx2.Response(status, headers=head.headers, stream=stream,
                               extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason})
 
     @staticmethod
@@ -355,9 +355,9 @@ class LakeTransport(httpx.AsyncBaseTransport):
                 _, conn = await loop.create_connection(
                     _Connection, host, port, ssl=context, server_hostname=host if context else None)
         except TimeoutError:
-            raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
+            raise httpx2.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
         except OSError as exc:
-            raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+            raise httpx2.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
         self._open.add(conn)
         return conn
 

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-import httpx
+import httpx2
 import pytest
 import trustme
 import uvloop
@@ -29,7 +29,7 @@ import uvloop
 from cachetier.net import transport as lakehttp
 from cachetier.net.transport import LakeTransport
 
-GENEROUS = httpx.Timeout(10.0)  # for what should happen: only a bug makes it fire
+GENEROUS = httpx2.Timeout(10.0)  # for what should happen: only a bug makes it fire
 DEADLINE = 20.0  # one test on one loop, hang included
 
 
@@ -210,17 +210,17 @@ def echo(peer: Peer, request: Received) -> bytes:
 # -- the client side ---------------------------------------------------------------------------
 
 
-def make_request(method: str, url: str, *, timeout: httpx.Timeout = GENEROUS, **kwargs: Any) -> httpx.Request:
-    request = httpx.Request(method, url, **kwargs)
+def make_request(method: str, url: str, *, timeout: httpx2.Timeout = GENEROUS, **kwargs: Any) -> httpx2.Request:
+    request = httpx2.Request(method, url, **kwargs)
     request.extensions["timeout"] = timeout.as_dict()  # as S3Lake._send sets it
     return request
 
 
-async def open_response(transport: LakeTransport, url: str, method: str = "GET", **kwargs: Any) -> httpx.Response:
+async def open_response(transport: LakeTransport, url: str, method: str = "GET", **kwargs: Any) -> httpx2.Response:
     return await transport.handle_async_request(make_request(method, url, **kwargs))
 
 
-async def fetch(transport: LakeTransport, url: str, method: str = "GET", **kwargs: Any) -> tuple[httpx.Response, bytes]:
+async def fetch(transport: LakeTransport, url: str, method: str = "GET", **kwargs: Any) -> tuple[httpx2.Response, bytes]:
     """A response and its whole body (``aiter_raw`` closes the response at its end)."""
     response = await open_response(transport, url, method, **kwargs)
     return response, b"".join([chunk async for chunk in response.aiter_raw()])
@@ -452,7 +452,7 @@ def test_an_idle_connection_the_server_closed_is_not_used(run: Any) -> None:
 @pytest.mark.parametrize("how", ["fin", "rst"])
 def test_a_close_racing_the_request_is_a_transport_error(run: Any, how: str) -> None:
     """The server closes the pooled connection as the next request arrives (its idle timeout
-    racing us): the request fails fast with an httpx.TransportError, which S3Lake retries."""
+    racing us): the request fails fast with an httpx2.TransportError, which S3Lake retries."""
 
     async def handler(peer: Peer) -> None:
         await peer.request()
@@ -464,7 +464,7 @@ def test_a_close_racing_the_request_is_a_transport_error(run: Any, how: str) -> 
     async def main() -> None:
         async with serving(handler, max_connections=1) as (server, transport):
             await fetch(transport, server.url)
-            with pytest.raises(httpx.TransportError):
+            with pytest.raises(httpx2.TransportError):
                 await fetch(transport, server.url)
             _, body = await fetch(transport, server.url)  # the slot came back
             assert body == b"first" and server.accepted == 2
@@ -510,7 +510,7 @@ def test_aclose_closes_idle_and_active_connections(run: Any) -> None:
             assert server.accepted == 2 and len(idle_connections(transport)) == 1
             await transport.aclose()
             assert [await peer.closed_by_client() for peer in server.peers] == [True, True]
-            with pytest.raises(httpx.TransportError):
+            with pytest.raises(httpx2.TransportError):
                 await active.aread()
             assert not transport._open and not idle_connections(transport)
 
@@ -619,14 +619,14 @@ def test_a_server_that_stops_reading_is_a_write_timeout(run: Any, body: str) -> 
 
     async def main() -> None:
         content: Any = block * 64 if body == "bytes" else chunks_of(*[block] * 64)
-        timeout = httpx.Timeout(GENEROUS.read, write=0.3)
+        timeout = httpx2.Timeout(GENEROUS.read, write=0.3)
         async with serving(handler, max_connections=1) as (server, transport):
             started = time.monotonic()
             sending = asyncio.create_task(fetch(transport, server.url, "PUT", content=content,
                                                 headers={"Content-Length": str(size)}, timeout=timeout))
             await asyncio.wait_for(stalled.wait(), GENEROUS.read)
             (conn,) = transport._open
-            with pytest.raises(httpx.WriteTimeout):
+            with pytest.raises(httpx2.WriteTimeout):
                 await sending
             assert time.monotonic() - started < GENEROUS.read
             assert conn.transport is not None
@@ -684,7 +684,7 @@ def test_connect_to_a_closed_port_is_a_connect_error(run: Any) -> None:
             port = sock.getsockname()[1]  # bound, never listening: connections are refused
             transport = LakeTransport()
             try:
-                with pytest.raises(httpx.ConnectError):
+                with pytest.raises(httpx2.ConnectError):
                     await fetch(transport, f"http://127.0.0.1:{port}/")
             finally:
                 await transport.aclose()
@@ -701,13 +701,13 @@ def test_a_server_that_never_answers_is_a_read_timeout(run: Any) -> None:
         await peer.until_closed()  # half a body
 
     async def main() -> None:
-        timeout = httpx.Timeout(GENEROUS.read, read=0.2)
+        timeout = httpx2.Timeout(GENEROUS.read, read=0.2)
         async with serving(handler, max_connections=1) as (server, transport):
             started = time.monotonic()
-            with pytest.raises(httpx.ReadTimeout):
+            with pytest.raises(httpx2.ReadTimeout):
                 await fetch(transport, server.url, timeout=timeout)
             response = await open_response(transport, server.url, timeout=timeout)
-            with pytest.raises(httpx.ReadTimeout):
+            with pytest.raises(httpx2.ReadTimeout):
                 await response.aread()
             await response.aclose()
             assert time.monotonic() - started < GENEROUS.read
@@ -720,8 +720,8 @@ def test_pool_exhaustion_is_a_pool_timeout_until_a_response_is_closed(run: Any) 
     async def main() -> None:
         async with serving(keep_answering(echo), max_connections=1) as (server, transport):
             held = await open_response(transport, server.url, "PUT", content=b"held")
-            with pytest.raises(httpx.PoolTimeout):
-                await open_response(transport, server.url, timeout=httpx.Timeout(GENEROUS.read, pool=0.1))
+            with pytest.raises(httpx2.PoolTimeout):
+                await open_response(transport, server.url, timeout=httpx2.Timeout(GENEROUS.read, pool=0.1))
             waiting = asyncio.create_task(fetch(transport, server.url, "PUT", content=b"waited"))
             await asyncio.sleep(0.05)
             assert not waiting.done()
@@ -760,7 +760,7 @@ def test_a_malformed_response_is_a_remote_protocol_error(run: Any, response: byt
 
     async def main() -> None:
         async with serving(handler, max_connections=1) as (server, transport):
-            with pytest.raises(httpx.RemoteProtocolError):
+            with pytest.raises(httpx2.RemoteProtocolError):
                 await fetch(transport, server.url)
             _, body = await fetch(transport, server.url, "PUT", content=b"fine")  # the slot came back
             assert body == b"fine" and server.accepted == 2
@@ -812,7 +812,7 @@ def test_cancelling_a_request_gives_its_slot_back(run: Any, where: str) -> None:
             with pytest.raises(asyncio.CancelledError):
                 await first
             assert await server.peers[0].closed_by_client()
-            pool_wait = httpx.Timeout(GENEROUS.read, pool=2.0)  # the slot is free at once
+            pool_wait = httpx2.Timeout(GENEROUS.read, pool=2.0)  # the slot is free at once
             _, body = await fetch(transport, server.url, timeout=pool_wait)
             assert body == b"next" and server.accepted == 2
 
@@ -841,7 +841,7 @@ def test_tls(run: Any) -> None:
                 await transport.aclose()
             untrusting = LakeTransport()  # the system's CAs do not know the test's
             try:
-                with pytest.raises(httpx.ConnectError):
+                with pytest.raises(httpx2.ConnectError):
                     await fetch(untrusting, server.url)
             finally:
                 await untrusting.aclose()

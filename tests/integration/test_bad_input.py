@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from unittest import mock
 
-import httpx
+import httpx2
 import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -77,21 +77,21 @@ def _code(exc: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:
 
 
 def _signed(method: str, url: str, tenant: Tenant = ALICE, headers: dict[str, str] | None = None,
-            body: bytes = b"", payload_hash: str | None = None) -> httpx.Request:
+            body: bytes = b"", payload_hash: str | None = None) -> httpx2.Request:
     """A request signed by botocore's signer (the client side of SigV4)."""
     headers = dict(headers or {})
     headers["x-amz-content-sha256"] = payload_hash or hashlib.sha256(body).hexdigest()
     req = AWSRequest(method=method, url=url, data=body, headers=headers)
     S3SigV4Auth(Credentials(tenant.access_key, tenant.secret_key), "s3", "us-east-1").add_auth(req)
-    return httpx.Request(method, url, headers=dict(req.headers.items()), content=body)
+    return httpx2.Request(method, url, headers=dict(req.headers.items()), content=body)
 
 
-def _send(req: httpx.Request) -> httpx.Response:
-    with httpx.Client(timeout=30) as client:
+def _send(req: httpx2.Request) -> httpx2.Response:
+    with httpx2.Client(timeout=30) as client:
         return client.send(req)
 
 
-def _error(resp: httpx.Response) -> tuple[str, int]:
+def _error(resp: httpx2.Response) -> tuple[str, int]:
     doc = ET.fromstring(resp.content)
     assert doc.findtext("RequestId") == resp.headers["x-amz-request-id"]
     return doc.findtext("Code"), resp.status_code
@@ -113,7 +113,7 @@ def test_unknown_access_key(gw: Gateway, lake_bucket: str) -> None:
 
 
 def test_unsigned_request_is_denied(gw: Gateway, lake_bucket: str) -> None:
-    resp = httpx.get(f"{gw.url}/{lake_bucket}")
+    resp = httpx2.get(f"{gw.url}/{lake_bucket}")
     assert _error(resp) == ("AccessDenied", 403)
 
 
@@ -121,10 +121,10 @@ def test_expired_presigned_url(gw: Gateway, lake_bucket: str, rgw_target: Target
     rgw_target.client().put_object(Bucket=lake_bucket, Key="k", Body=b"secret bytes")
     s3 = _target(gw).client()
     url = s3.generate_presigned_url("get_object", Params={"Bucket": lake_bucket, "Key": "k"}, ExpiresIn=60)
-    assert httpx.get(url).content == b"secret bytes"
+    assert httpx2.get(url).content == b"secret bytes"
     expired = s3.generate_presigned_url("get_object", Params={"Bucket": lake_bucket, "Key": "k"}, ExpiresIn=1)
     time.sleep(2.1)
-    resp = httpx.get(expired)
+    resp = httpx2.get(expired)
     assert _error(resp) == ("AccessDenied", 403)
     assert b"secret bytes" not in resp.content
 
@@ -200,7 +200,7 @@ def test_content_md5_mismatch(gw: Gateway, lake_bucket: str, rgw_target: Target)
 
 def test_signed_payload_hash_mismatch(gw: Gateway, lake_bucket: str, rgw_target: Target) -> None:
     signed = _signed("PUT", f"{gw.url}/{lake_bucket}/k", body=b"abd")
-    req = httpx.Request("PUT", signed.url, headers=signed.headers, content=b"abc")  # same length, other bytes
+    req = httpx2.Request("PUT", signed.url, headers=signed.headers, content=b"abc")  # same length, other bytes
     assert _error(_send(req)) == ("XAmzContentSHA256Mismatch", 400)
     assert _keys(rgw_target, lake_bucket) == []
 

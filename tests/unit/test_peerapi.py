@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-import httpx
+import httpx2
 import pytest
 from doubles import Clock, CountingLake, memory_lake
 from test_readpath import BS, B, put, run
@@ -51,12 +51,12 @@ def peer_api(node: Node, secret: bytes = SECRET) -> PeerAPI:
 async def call(
     app: Any, method: str, name: str, *, query: str = "", doc: Mapping[str, object] | None = None,
     secret: bytes | None = SECRET, sender: str = "n9", headers: Mapping[str, str] | None = None,
-) -> httpx.Response:
+) -> httpx2.Response:
     """One request to ``app``'s peer API, signed as ``sender`` with ``secret`` (None: unsigned)."""
     body = json.dumps(doc).encode() if doc is not None else b""
     path = PREFIX + name
     signed = sign(secret, sender, method, path, query, body, now=time.time()) if secret is not None else {}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://n0:9000") as client:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://n0:9000") as client:
         return await client.request(method, path + (f"?{query}" if query else ""), content=body,
                                     headers={**signed, **(headers or {})})
 
@@ -204,7 +204,7 @@ def test_a_body_that_is_not_a_json_object_is_400(lake: CountingLake) -> None:
     async def main() -> None:
         body = b"[1, 2]"
         headers = sign(SECRET, "n9", "POST", PREFIX + "invalidate", "", body, now=time.time())
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=peer_api(node)), base_url="http://n0") as c:
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=peer_api(node)), base_url="http://n0") as c:
             assert (await c.post(PREFIX + "invalidate", content=body, headers=headers)).status_code == 400
 
     run(main())
@@ -296,7 +296,7 @@ def test_the_peer_client_fetches_blocks_of_any_key(lake: CountingLake, key: str)
 async def peer_client(node: Node, sender: Member = SENDER) -> AsyncIterator[PeerClient]:
     """A PeerClient (as ``sender``) whose HTTP goes to ``node``'s peer API in-process."""
     app = Hosts({urlsplit(node.member.url).netloc: peer_api(node)})
-    client = PeerClient(sender, SECRET, timeout=5.0, clock=time.time, transport=httpx.ASGITransport(app=app))
+    client = PeerClient(sender, SECRET, timeout=5.0, clock=time.time, transport=httpx2.ASGITransport(app=app))
     try:
         yield client
     finally:
@@ -318,7 +318,7 @@ def test_the_client_and_its_twin_conform_to_peers(cls: type) -> None:
 
 
 def test_both_are_peers_at_run_time() -> None:
-    transport = httpx.MockTransport(lambda request: httpx.Response(500))
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(500))
     client = PeerClient(SENDER, SECRET, timeout=1.0, clock=time.time, transport=transport)
     assert isinstance(client, Peers) and isinstance(MemoryPeers(SENDER, {}), Peers)
     run(client.aclose())
@@ -329,21 +329,21 @@ def test_both_are_peers_at_run_time() -> None:
 Connect = Callable[[Node, set[str]], contextlib.AbstractAsyncContextManager[Peers]]  # node, ids of the nodes down
 
 
-class Unplugged(httpx.AsyncBaseTransport):
+class Unplugged(httpx2.AsyncBaseTransport):
     """``transport``, except that hosts named in ``down`` refuse the connection."""
 
-    def __init__(self, transport: httpx.AsyncBaseTransport, down: set[str]) -> None:
+    def __init__(self, transport: httpx2.AsyncBaseTransport, down: set[str]) -> None:
         self.transport, self.down = transport, down
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if request.url.host in self.down:
-            raise httpx.ConnectError("connection refused", request=request)
+            raise httpx2.ConnectError("connection refused", request=request)
         return await self.transport.handle_async_request(request)
 
 
 @contextlib.asynccontextmanager
 async def over_http(node: Node, down: set[str]) -> AsyncIterator[Peers]:
-    transport = Unplugged(httpx.ASGITransport(app=Hosts({"n0:9000": peer_api(node)})), down)
+    transport = Unplugged(httpx2.ASGITransport(app=Hosts({"n0:9000": peer_api(node)})), down)
     client = PeerClient(SENDER, SECRET, timeout=5.0, clock=time.time, transport=transport)
     try:
         yield client

@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 
-import httpx
+import httpx2
 import pytest
 
 from cachetier.cluster.node import Cluster
@@ -119,24 +119,24 @@ def test_member_from_a_heartbeat() -> None:
 # ---- PeerClient: whatever a peer answers, a failure is PeerUnavailable ---------------------------
 
 
-async def client_for(handler: Callable[[httpx.Request], httpx.Response]) -> PeerClient:
+async def client_for(handler: Callable[[httpx2.Request], httpx2.Response]) -> PeerClient:
     """A PeerClient (as node "me") whose requests ``handler`` answers."""
     return PeerClient(Member("me", "http://me:9000"), SECRET, timeout=1.0, clock=time.time,
-                      transport=httpx.MockTransport(handler))
+                      transport=httpx2.MockTransport(handler))
 
 
 JUNK = [
-    httpx.Response(200, text="<html>welcome to nginx</html>"),  # a seed that is not a lakegate node
-    httpx.Response(200, json=["not", "an", "object"]),
-    httpx.Response(200, json={"id": "p", "url": "http://p:9000", "load": [1, 2]}),
-    httpx.Response(200, json={"id": "p"}),
-    httpx.Response(403, json={"error": "peer signature does not match"}),
-    httpx.Response(500, text="oops"),
+    httpx2.Response(200, text="<html>welcome to nginx</html>"),  # a seed that is not a lakegate node
+    httpx2.Response(200, json=["not", "an", "object"]),
+    httpx2.Response(200, json={"id": "p", "url": "http://p:9000", "load": [1, 2]}),
+    httpx2.Response(200, json={"id": "p"}),
+    httpx2.Response(403, json={"error": "peer signature does not match"}),
+    httpx2.Response(500, text="oops"),
 ]
 
 
 @pytest.mark.parametrize("answer", JUNK, ids=["html", "list", "bad-load", "no-url", "403", "500"])
-def test_a_heartbeat_answered_with_junk_is_peer_unavailable(answer: httpx.Response) -> None:
+def test_a_heartbeat_answered_with_junk_is_peer_unavailable(answer: httpx2.Response) -> None:
     async def main() -> None:
         client = await client_for(lambda request: answer)
         try:
@@ -149,7 +149,7 @@ def test_a_heartbeat_answered_with_junk_is_peer_unavailable(answer: httpx.Respon
 
 
 @pytest.mark.parametrize("answer", [JUNK[0], JUNK[4], JUNK[5]], ids=["html", "403", "500"])
-def test_an_invalidation_answered_with_junk_is_peer_unavailable(answer: httpx.Response) -> None:
+def test_an_invalidation_answered_with_junk_is_peer_unavailable(answer: httpx2.Response) -> None:
     async def main() -> None:
         client = await client_for(lambda request: answer)
         try:
@@ -167,14 +167,14 @@ def test_one_junk_seed_does_not_stop_a_heartbeat_round() -> None:
     now = [100.0]
     me, good, silent = (Member(i, f"http://{i}:9000") for i in ("me", "good", "silent"))
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         verify(SECRET, request.method, request.url.path, request.url.query.decode(), request.headers,
                request.content, time.time())
         if request.url.host == "junk":
-            return httpx.Response(200, text="<html>")
+            return httpx2.Response(200, text="<html>")
         if request.url.host == "good":
-            return httpx.Response(200, json={"id": "good", "url": good.url, "load": {}})
-        raise httpx.ConnectError("refused", request=request)
+            return httpx2.Response(200, json={"id": "good", "url": good.url, "load": {}})
+        raise httpx2.ConnectError("refused", request=request)
 
     async def main() -> None:
         membership = Membership(me, MembershipConfig(16, 1, failure_timeout=3.0), clock=lambda: now[0])

@@ -1,4 +1,4 @@
-"""S3Lake against an ``httpx.MockTransport``: what goes on the wire (signed as a server checks
+"""S3Lake against an ``httpx2.MockTransport``: what goes on the wire (signed as a server checks
 it, paths and queries exactly as signed), how lake answers map to S3 errors, retries, and
 streaming both ways. Sync tests drive the async API with asyncio.run; no network."""
 
@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
-import httpx
+import httpx2
 import pytest
 
 from cachetier import errors
@@ -32,7 +32,7 @@ AWKWARD_KEY = "a b+c%d=e//f/ü.txt"
 ETAG = '"5d41402abc4b2a76b9719d911017c592"'
 LAST_MODIFIED = "Wed, 01 May 2024 12:00:00 GMT"
 
-Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
+Handler = Callable[[httpx2.Request], Awaitable[httpx2.Response]]
 
 
 def run(coro: Awaitable[T]) -> T:
@@ -44,7 +44,7 @@ def run(coro: Awaitable[T]) -> T:
 
 def make_lake(handler: Handler, **kwargs: Any) -> S3Lake:
     config = S3LakeConfig(ENDPOINT, ACCESS_KEY, SECRET_KEY, "eu-west-3", **kwargs)
-    lake = S3Lake(config, transport=httpx.MockTransport(handler))
+    lake = S3Lake(config, transport=httpx2.MockTransport(handler))
     lake.retry_base_delay = 0.0
     return lake
 
@@ -56,16 +56,16 @@ async def using(lake: S3Lake, action: Callable[[S3Lake], Awaitable[T]]) -> T:
         await lake.aclose()
 
 
-def xml(body: str, status: int = 200, headers: dict[str, str] | None = None) -> httpx.Response:
+def xml(body: str, status: int = 200, headers: dict[str, str] | None = None) -> httpx2.Response:
     payload = f'<?xml version="1.0" encoding="UTF-8"?>{body}'.encode()
-    return httpx.Response(status, content=payload, headers={"content-type": "application/xml", **(headers or {})})
+    return httpx2.Response(status, content=payload, headers={"content-type": "application/xml", **(headers or {})})
 
 
 def error_xml(code: str, status: int, message: str = "lake says no", headers: dict[str, str] | None = None):
     return xml(f"<Error><Code>{code}</Code><Message>{message}</Message></Error>", status, headers)
 
 
-class Stream(httpx.AsyncByteStream):
+class Stream(httpx2.AsyncByteStream):
     """A response body as a real transport gives it (a ``content=`` body is read up front)."""
 
     def __init__(self, *parts: bytes) -> None:
@@ -85,7 +85,7 @@ async def chunks(*parts: bytes) -> AsyncIterator[bytes]:
         yield part
 
 
-def verify_sigv4(request: httpx.Request, region: str = "eu-west-3") -> None:
+def verify_sigv4(request: httpx2.Request, region: str = "eu-west-3") -> None:
     """Check ``request`` the way an S3 server does: from the bytes on the wire (path decoded
     then re-encoded, query re-encoded and sorted, signed headers' raw values)."""
     match = re.fullmatch(
@@ -128,21 +128,21 @@ def verify_sigv4(request: httpx.Request, region: str = "eu-west-3") -> None:
 
 
 def test_the_verifier_rejects_a_tampered_request() -> None:
-    requests: list[httpx.Request] = []
+    requests: list[httpx2.Request] = []
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         verify_sigv4(request)
         requests.append(request)
-        return httpx.Response(204)
+        return httpx2.Response(204)
 
     run(using(make_lake(handler), lambda lake: lake.delete_object("bkt", "k")))
     [request] = requests
     for name, value in [("host", "other:7480"), ("x-amz-date", "20000101T000000Z")]:
-        tampered = httpx.Request(request.method, request.url, headers={**request.headers, name: value})
+        tampered = httpx2.Request(request.method, request.url, headers={**request.headers, name: value})
         with pytest.raises(AssertionError):
             verify_sigv4(tampered)
     with pytest.raises(AssertionError):
-        verify_sigv4(httpx.Request("DELETE", str(request.url) + "x", headers=request.headers))
+        verify_sigv4(httpx2.Request("DELETE", str(request.url) + "x", headers=request.headers))
 
 
 def test_s3lake_is_a_lake() -> None:
@@ -156,12 +156,12 @@ def test_rejects_an_endpoint_with_a_path() -> None:
 
 @pytest.mark.parametrize("key", [AWKWARD_KEY, "x/./y/../z", "..", "a&b<c>'\"?#;", "tab\tcr\r", "%2F%41", "/lead"])
 def test_object_requests_are_signed_and_sent_as_signed(key: str) -> None:
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         seen.append(request)
         verify_sigv4(request)
-        return httpx.Response(200, headers={"etag": ETAG, "content-length": "5", "last-modified": LAST_MODIFIED})
+        return httpx2.Response(200, headers={"etag": ETAG, "content-length": "5", "last-modified": LAST_MODIFIED})
 
     info = run(using(make_lake(handler), lambda lake: lake.head_object("bkt", key)))
     assert info.key == key
@@ -172,12 +172,12 @@ def test_object_requests_are_signed_and_sent_as_signed(key: str) -> None:
 
 
 def test_streamed_upload_is_unsigned_payload_with_exact_length() -> None:
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         seen.append(request)
         verify_sigv4(request)
-        return httpx.Response(200, headers={"etag": ETAG, "x-amz-version-id": "v1", "x-amz-checksum-crc32": "AAAA"})
+        return httpx2.Response(200, headers={"etag": ETAG, "x-amz-version-id": "v1", "x-amz-checksum-crc32": "AAAA"})
 
     attrs = ObjectAttributes(
         content_type="text/plain",
@@ -206,9 +206,9 @@ def test_streamed_upload_is_unsigned_payload_with_exact_length() -> None:
 
 
 def test_listing_query_is_signed_as_sent() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         verify_sigv4(request)
-        query = dict(httpx.QueryParams(request.url.query))
+        query = dict(httpx2.QueryParams(request.url.query))
         assert query == {
             "encoding-type": "url",
             "list-type": "2",
@@ -233,10 +233,10 @@ def test_error_bodies_map_to_s3_errors() -> None:
         "/bkt/denied": error_xml("AccessDenied", 403),
         "/bkt/odd": error_xml("WeirdLakeError", 409, "odd"),
         "/bkt/range": error_xml("InvalidRange", 416, headers={"content-range": "bytes */5"}),
-        "/bkt/html": httpx.Response(404, content=b"<html>not found</html>"),
+        "/bkt/html": httpx2.Response(404, content=b"<html>not found</html>"),
     }
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         return answers[request.url.path]
 
     async def check(lake: S3Lake) -> None:
@@ -262,8 +262,8 @@ def test_error_bodies_map_to_s3_errors() -> None:
     [(404, errors.NoSuchKey), (403, errors.AccessDenied), (412, errors.PreconditionFailed), (304, errors.NotModified)],
 )
 def test_head_object_errors_come_from_the_status(status: int, error: type[errors.S3Error]) -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, headers={"etag": ETAG} if status == 304 else {})
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(status, headers={"etag": ETAG} if status == 304 else {})
 
     with pytest.raises(error) as raised:
         run(using(make_lake(handler), lambda lake: lake.head_object("bkt", "k")))
@@ -271,9 +271,9 @@ def test_head_object_errors_come_from_the_status(status: int, error: type[errors
 
 
 def test_head_bucket_404_is_no_such_bucket() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         assert request.method == "HEAD" and request.url.path == "/bkt"
-        return httpx.Response(404)
+        return httpx2.Response(404)
 
     with pytest.raises(errors.NoSuchBucket):
         run(using(make_lake(handler), lambda lake: lake.head_bucket("bkt")))
@@ -282,12 +282,12 @@ def test_head_bucket_404_is_no_such_bucket() -> None:
 def test_get_retries_503_then_succeeds() -> None:
     calls: list[str] = []
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         calls.append(request.headers["x-amz-date"])
         verify_sigv4(request)
         if len(calls) < 3:
             return error_xml("ServiceUnavailable", 503)
-        return httpx.Response(200, stream=Stream(b"hello"), headers={"etag": ETAG, "content-length": "5"})
+        return httpx2.Response(200, stream=Stream(b"hello"), headers={"etag": ETAG, "content-length": "5"})
 
     async def get(lake: S3Lake) -> bytes:
         stream = await lake.get_object("bkt", "k")
@@ -304,7 +304,7 @@ def test_get_retries_503_then_succeeds() -> None:
 def test_failing_lake_after_retries(code: str, error: type[errors.S3Error]) -> None:
     calls = 0
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         nonlocal calls
         calls += 1
         return error_xml(code, 503 if code == "SlowDown" else 500)
@@ -318,7 +318,7 @@ def test_failing_lake_after_retries(code: str, error: type[errors.S3Error]) -> N
 def test_streamed_put_is_never_retried() -> None:
     calls = 0
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         nonlocal calls
         calls += 1
         return error_xml("ServiceUnavailable", 503)
@@ -336,14 +336,14 @@ def test_streamed_put_is_never_retried() -> None:
 def test_connection_error_is_service_unavailable_without_secrets() -> None:
     calls = 0
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         nonlocal calls
         calls += 1
-        raise httpx.ConnectError(f"cannot reach {request.url} with {request.headers['authorization']}")
+        raise httpx2.ConnectError(f"cannot reach {request.url} with {request.headers['authorization']}")
 
     with pytest.raises(errors.ServiceUnavailable) as raised:
         run(using(make_lake(handler), lambda lake: lake.get_object("bkt", "k")))
-    assert isinstance(raised.value.__cause__, httpx.ConnectError)
+    assert isinstance(raised.value.__cause__, httpx2.ConnectError)
     assert calls == 4  # one try and three retries
     text = str(raised.value)
     assert SECRET_KEY not in text and ACCESS_KEY not in text and "lake.test" not in text
@@ -352,12 +352,12 @@ def test_connection_error_is_service_unavailable_without_secrets() -> None:
 def test_read_timeout_on_get_is_retried() -> None:
     calls = 0
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         nonlocal calls
         calls += 1
         if calls == 1:
-            raise httpx.ReadTimeout("slow")
-        return httpx.Response(200, headers={"etag": ETAG, "content-length": "0"})
+            raise httpx2.ReadTimeout("slow")
+        return httpx2.Response(200, headers={"etag": ETAG, "content-length": "0"})
 
     run(using(make_lake(handler), lambda lake: lake.head_object("bkt", "k")))
     assert calls == 2
@@ -371,7 +371,7 @@ def test_body_iterator_exception_propagates_unchanged() -> None:
         yield b"x" * 10
         raise ClientWentAway()
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         raise AssertionError("the request must not complete")
 
     async def put(lake: S3Lake) -> Any:
@@ -383,7 +383,7 @@ def test_body_iterator_exception_propagates_unchanged() -> None:
 
 @pytest.mark.parametrize("parts", [(b"ab",), (b"abc", b"def")])
 def test_body_not_of_declared_length_fails_the_upload(parts: tuple[bytes, ...]) -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         raise AssertionError("the request must not complete")
 
     with pytest.raises(errors.IncompleteBody):
@@ -393,7 +393,7 @@ def test_body_not_of_declared_length_fails_the_upload(parts: tuple[bytes, ...]) 
 def test_get_object_info_range_and_closing() -> None:
     body = Stream(b"ell", b"o")
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         verify_sigv4(request)
         assert request.headers["range"] == "bytes=1-"
         assert request.headers["if-match"] == ETAG
@@ -410,7 +410,7 @@ def test_get_object_info_range_and_closing() -> None:
             "x-amz-checksum-crc32": "NhCmhg==",
             "x-amz-request-id": "not kept",
         }
-        return httpx.Response(206, headers=headers, stream=body)
+        return httpx2.Response(206, headers=headers, stream=body)
 
     async def get(lake: S3Lake) -> None:
         since = datetime(2024, 5, 1, 11, tzinfo=UTC)
@@ -431,8 +431,8 @@ def test_get_object_info_range_and_closing() -> None:
 def test_get_object_closed_early_releases_the_response() -> None:
     body = Stream(*[b"x" * 10] * 100)
 
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-length": "1000", "etag": ETAG}, stream=body)
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-length": "1000", "etag": ETAG}, stream=body)
 
     async def get(lake: S3Lake) -> None:
         stream = await lake.get_object("bkt", "k")
@@ -445,9 +445,9 @@ def test_get_object_closed_early_releases_the_response() -> None:
 
 
 def test_conditions_the_lake_may_not_understand_are_checked_here() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         assert "if-none-match" not in request.headers and "if-modified-since" not in request.headers
-        return httpx.Response(200, stream=Stream(b"hello"), headers={"etag": ETAG, "content-length": "5"})
+        return httpx2.Response(200, stream=Stream(b"hello"), headers={"etag": ETAG, "content-length": "5"})
 
     conditions = Conditions(if_none_match=f'"other", {ETAG}', if_modified_since=datetime(2000, 1, 1, tzinfo=UTC))
     with pytest.raises(errors.NotModified) as raised:
@@ -456,7 +456,7 @@ def test_conditions_the_lake_may_not_understand_are_checked_here() -> None:
 
 
 def test_list_objects_decodes_url_encoded_keys() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         assert request.url.params["encoding-type"] == "url" and request.url.params["marker"] == "a b+c"
         # as Ceph RGW 16.2 answers: keys encoded, NextMarker raw
         return xml(
@@ -478,7 +478,7 @@ def test_list_objects_decodes_url_encoded_keys() -> None:
 
 
 def test_list_objects_v2_keeps_the_token_and_decodes_an_encoded_marker() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         return xml(
             "<ListBucketResult><IsTruncated>true</IsTruncated><KeyCount>1</KeyCount>"
             "<Contents><Key>k%2B1</Key><LastModified>2024-05-01T12:00:00Z</LastModified>"
@@ -492,7 +492,7 @@ def test_list_objects_v2_keeps_the_token_and_decodes_an_encoded_marker() -> None
 
 
 def test_list_multipart_uploads_and_parts() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         if "uploads" in request.url.params:
             assert request.url.params["key-marker"] == "a b" and request.url.params["encoding-type"] == "url"
             return xml(
@@ -524,7 +524,7 @@ def test_list_multipart_uploads_and_parts() -> None:
 def test_complete_with_an_empty_etag_asks_head() -> None:
     seen: list[tuple[str, str]] = []
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         seen.append((request.method, request.url.path))
         verify_sigv4(request)
         if request.method == "POST":
@@ -534,7 +534,7 @@ def test_complete_with_an_empty_etag_asks_head() -> None:
                 b'<Part><PartNumber>2</PartNumber><ETag>"e2"</ETag></Part></CompleteMultipartUpload>'
             )
             return xml("<CompleteMultipartUploadResult><Key>k</Key><ETag></ETag></CompleteMultipartUploadResult>")
-        return httpx.Response(200, headers={"etag": '"abc-2"', "content-length": "10", "last-modified": LAST_MODIFIED})
+        return httpx2.Response(200, headers={"etag": '"abc-2"', "content-length": "10", "last-modified": LAST_MODIFIED})
 
     result = run(
         using(make_lake(handler), lambda lake: lake.complete_multipart_upload("bkt", "k", "2~u", [(1, '"e1"'), (2, '"e2"')]))
@@ -544,10 +544,10 @@ def test_complete_with_an_empty_etag_asks_head() -> None:
 
 
 def test_a_200_with_an_error_body_raises() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         code = "InvalidPart" if request.method == "POST" else "InternalError"
         # S3 keeps a long operation alive with whitespace before it knows the outcome
-        return httpx.Response(200, content=b"   \n" + error_xml(code, 200).content)
+        return httpx2.Response(200, content=b"   \n" + error_xml(code, 200).content)
 
     async def check(lake: S3Lake) -> None:
         with pytest.raises(errors.InvalidPart):
@@ -559,7 +559,7 @@ def test_a_200_with_an_error_body_raises() -> None:
 
 
 def test_copy_object_headers_and_result() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         verify_sigv4(request)
         assert request.headers["x-amz-copy-source"] == "/src/a%20b%2Bc%25d%3De//f/%C3%BC.txt"
         assert request.headers["x-amz-copy-source-if-match"] == ETAG
@@ -581,8 +581,8 @@ def test_copy_object_headers_and_result() -> None:
 
 
 def test_copy_condition_answered_304_is_412() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(304)
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(304)
 
     source = CopySource("src", "k", Conditions(if_none_match=ETAG))
     with pytest.raises(errors.PreconditionFailed):
@@ -592,11 +592,11 @@ def test_copy_condition_answered_304_is_412() -> None:
 def test_upload_part_copy_resolves_an_open_range_with_head() -> None:
     seen: list[str] = []
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         seen.append(request.method)
         if request.method == "HEAD":
             assert request.url.path == "/src/big"
-            return httpx.Response(200, headers={"etag": ETAG, "content-length": "100"})
+            return httpx2.Response(200, headers={"etag": ETAG, "content-length": "100"})
         assert request.headers["x-amz-copy-source-range"] == "bytes=90-99"
         assert request.url.params["partNumber"] == "3" and request.url.params["uploadId"] == "u"
         return xml("<CopyPartResult><ETag>&quot;p3&quot;</ETag></CopyPartResult>")
@@ -609,14 +609,14 @@ def test_upload_part_copy_resolves_an_open_range_with_head() -> None:
 def test_upload_part_copy_of_a_percent_key_streams_through() -> None:
     seen: list[str] = []
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         seen.append(request.method)
         assert "x-amz-copy-source" not in request.headers
         if request.method == "GET":
             assert request.url.raw_path == b"/src/100%25.txt" and request.headers["range"] == "bytes=0-2"
-            return httpx.Response(206, stream=Stream(b"abc"), headers={"content-range": "bytes 0-2/10", "etag": ETAG})
+            return httpx2.Response(206, stream=Stream(b"abc"), headers={"content-range": "bytes 0-2/10", "etag": ETAG})
         assert request.content == b"abc" and request.headers["content-length"] == "3"
-        return httpx.Response(200, headers={"etag": '"p1"'})
+        return httpx2.Response(200, headers={"etag": '"p1"'})
 
     source = CopySource("src", "100%.txt", range=ByteRange(0, 2))
     result = run(using(make_lake(handler), lambda lake: lake.upload_part_copy(source, "bkt", "k", "u", 1)))
@@ -624,7 +624,7 @@ def test_upload_part_copy_of_a_percent_key_streams_through() -> None:
 
 
 def test_delete_objects_body_and_outcomes() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         verify_sigv4(request)
         assert request.method == "POST" and request.url.raw_path == b"/bkt?delete"
         assert request.headers["x-amz-content-sha256"] == hashlib.sha256(request.content).hexdigest()  # a body: signed
@@ -645,7 +645,7 @@ def test_delete_objects_body_and_outcomes() -> None:
 
 
 def test_buckets() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         verify_sigv4(request)
         if request.url.path == "/":
             return xml(
@@ -656,8 +656,8 @@ def test_buckets() -> None:
             return xml('<LocationConstraint xmlns="http://s3.amazonaws.com/doc/2006-03-01/"/>')
         if request.method == "PUT":
             assert b"<LocationConstraint>eu-west-3</LocationConstraint>" in request.content
-            return httpx.Response(200)
-        return httpx.Response(204)
+            return httpx2.Response(200)
+        return httpx2.Response(204)
 
     async def check(lake: S3Lake) -> None:
         [bucket] = await lake.list_buckets()
@@ -670,8 +670,8 @@ def test_buckets() -> None:
 
 
 def test_malformed_answer_is_service_unavailable() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=b"<ListAllMyBucketsResult><Buckets>")
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=b"<ListAllMyBucketsResult><Buckets>")
 
     with pytest.raises(errors.ServiceUnavailable):
         run(using(make_lake(handler), lambda lake: lake.list_buckets()))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from cachetier.blocks.store import BlockStoreError, MemoryBlockStore
@@ -109,8 +109,8 @@ def test_the_app_serves_admin_answers_from_the_running_node(tmp_path: Path, even
     app = LakegateApp(_settings(tmp_path, peers=NOWHERE, cluster_secret=SECRET, node_id="n1"))
 
     async def main() -> dict[str, Any]:
-        transport = httpx.ASGITransport(app)  # type: ignore[arg-type]
-        async with app.running(), httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        transport = httpx2.ASGITransport(app)  # type: ignore[arg-type]
+        async with app.running(), httpx2.AsyncClient(transport=transport, base_url="http://localhost") as client:
             stats = (await client.get("/_lakegate/admin/stats")).json()
             where = (await client.get("/_lakegate/admin/locate", params={"bucket": "b", "key": "k"})).json()
             cluster = (await client.get("/_lakegate/admin/cluster")).json()

@@ -1,7 +1,7 @@
 """``S3Lake``: the :class:`~cachetier.lake.Lake` over any S3 endpoint (Ceph RGW, MinIO, AWS).
 
-Requests are path-style (``/bucket/key``), signed with botocore's SigV4 signer, built as httpx
-requests and sent straight to a pooled transport (HTTP/1.1): ``cachetier.net.transport``'s lean one
+Requests are path-style (``/bucket/key``), signed with awscrt's SigV4 signer (``signing``), built
+as httpx requests and sent straight to a pooled transport (HTTP/1.1): ``cachetier.net.transport``'s lean one
 by default. No httpx client sits in between: its per-request cookie, auth and redirect handling
 cost ~0.3 ms of CPU per lake request (profiled) and a lake needs none of them. Bodies stream both ways: uploads go out with
 ``UNSIGNED-PAYLOAD`` and an explicit Content-Length, downloads are handed over as they arrive.
@@ -20,18 +20,17 @@ import base64
 import contextlib
 import hashlib
 import random
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime
 from typing import ParamSpec, TypeVar
 from urllib.parse import quote
 
-import httpx
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.config import Config
-from botocore.credentials import Credentials
+import httpx2
 
 from cachetier import errors
 from cachetier.lake import xmlshapes
+from cachetier.lake.s3.signing import UNSIGNED_PAYLOAD, CrtSigner, Signer
 from cachetier.lake.conditions import Conditions
 from cachetier.lake.s3 import xml as s3xml
 from cachetier.lake.s3.headers import (
@@ -88,13 +87,10 @@ _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 # Statuses of a failing lake: retried when the request may be repeated, then 503.
 _UNAVAILABLE = retry.UNAVAILABLE
 # Errors raised before a single byte of the request left: always safe to retry.
-_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_NEVER_SENT = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)
 # The code S3 means by a status it answers without a body (HEAD, some proxies); the other
 # statuses use their reason phrase (412 PreconditionFailed, 304 NotModified, ...).
 _CODE_BY_STATUS = {301: "PermanentRedirect", 403: "AccessDenied", 416: "InvalidRange"}
-# How botocore 1.43's S3SigV4Auth is told to sign UNSIGNED-PAYLOAD (over http too); it
-# replaces an x-amz-content-sha256 header set before signing.
-_UNSIGNED_PAYLOAD = Config(s3={"payload_signing_enabled": False})
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -105,11 +101,15 @@ class S3Lake:
     # First retry delay in seconds, doubled per attempt and jittered (policies.retry).
     retry_base_delay = 0.1
 
-    def __init__(self, config: S3LakeConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        url = httpx.URL(config.endpoint)
+    def __init__(
+        self, config: S3LakeConfig, *, transport: httpx2.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        url = httpx2.URL(config.endpoint)
         self._host = url.netloc.decode("ascii")
         self._origin = f"{url.scheme}://{self._host}"
-        self._signer = S3SigV4Auth(Credentials(config.access_key, config.secret_key), "s3", config.region)
+        self._signer: Signer = CrtSigner(config.access_key, config.secret_key, config.region)
+        self._clock = clock  # the signing time
         self._retries = config.retries
         self._timeouts = config.timeouts.as_dict()
         self._transport = transport if transport is not None else LakeTransport(max_connections=config.max_connections)
@@ -369,7 +369,7 @@ class S3Lake:
         idempotent: bool | None = None,
         stream: bool = False,
         not_found: str = "NoSuchKey",
-    ) -> httpx.Response:
+    ) -> httpx2.Response:
         """Send a signed request, retrying what may be retried; the successful response,
         read unless ``stream``. ``not_found`` is the code of a 404 without a body (HEAD)."""
         if content is not None and not isinstance(content, bytes) and length == 0:
@@ -393,7 +393,7 @@ class S3Lake:
                         await response.aread()
                     return response
                 await response.aclose()
-            except httpx.TransportError as exc:
+            except httpx2.TransportError as exc:
                 if upload is not None and upload.error is not None:
                     raise  # the caller's body failed: its exception, unchanged
                 unsent = isinstance(exc, _NEVER_SENT) and (upload is None or not upload.started)
@@ -403,7 +403,7 @@ class S3Lake:
             await asyncio.sleep(wait)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def _send(self, request: httpx.Request) -> httpx.Response:
+    async def _send(self, request: httpx2.Request) -> httpx2.Response:
         """``request`` through the transport; the response's body is not read yet."""
         request.extensions["timeout"] = self._timeouts
         response = await self._transport.handle_async_request(request)
@@ -419,7 +419,7 @@ class S3Lake:
         headers: dict[str, str],
         content: bytes | _Upload | None,
         length: int | None,
-    ) -> httpx.Request:
+    ) -> httpx2.Request:
         path = "/" if bucket is None else "/" + quote(bucket, safe="")
         if key is not None:
             path += "/" + quote(key, safe="/~")
@@ -436,31 +436,22 @@ class S3Lake:
         elif method in ("PUT", "POST"):
             headers["content-length"] = "0"
         wire = {name: _wire_value(value) for name, value in headers.items()}
-        aws = AWSRequest(
-            method=method,
-            url=self._origin + path + suffix,
-            headers={name: _signed_value(name, value) for name, value in wire.items()},
-            data=content if isinstance(content, bytes) else None,
-        )
-        if content is None or isinstance(content, _Upload):
-            # no body to sign (GET, HEAD, DELETE: botocore would still build a prepared
-            # request to hash the empty one), or a streamed one
-            aws.context["client_config"] = _UNSIGNED_PAYLOAD
-        self._signer.add_auth(aws)
-        for name, value in aws.headers.items():
-            if name.lower() not in wire:
-                wire[name.lower()] = value.encode("ascii")
+        signed = {name: _signed_value(name, value) for name, value in wire.items()}
+        payload_hash = hashlib.sha256(content).hexdigest() if isinstance(content, bytes) else UNSIGNED_PAYLOAD
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        for name, value in self._signer.sign(method, path + suffix, signed, payload_hash, now).items():
+            wire[name] = value.encode("ascii")
         # unsigned, and not added by httpx for a Request sent as is: bodies pass through as
         # stored (no transfer compression), and the lake's log can tell lakegate's requests
         wire.setdefault("accept-encoding", b"identity")
         wire.setdefault("user-agent", _USER_AGENT)
         # httpx drops "." and ".." path segments (legal in S3 keys); escaped, they reach the
         # lake, which decodes the path before checking the signature over it.
-        url = httpx.URL(self._origin + _escape_dot_segments(path) + suffix)
-        return httpx.Request(method, url, headers=list(wire.items()), content=content)
+        url = httpx2.URL(self._origin + _escape_dot_segments(path) + suffix)
+        return httpx2.Request(method, url, headers=list(wire.items()), content=content)
 
 
-async def _lake_error(response: httpx.Response, method: str, not_found: str) -> S3Error:
+async def _lake_error(response: httpx2.Response, method: str, not_found: str) -> S3Error:
     """The error a failed response stands for (the response is closed)."""
     status = response.status_code
     code, message = "", ""
@@ -481,7 +472,7 @@ async def _lake_error(response: httpx.Response, method: str, not_found: str) -> 
         return ServiceUnavailable(f"The lake is failing (it answered {status} {code or 'without a code'}).")
     if not code:
         code = not_found if status == 404 else _CODE_BY_STATUS.get(status, "")
-        code = code or httpx.codes.get_reason_phrase(status).replace(" ", "") or "InternalError"
+        code = code or httpx2.codes.get_reason_phrase(status).replace(" ", "") or "InternalError"
     error = from_lake(code, status, message or None)
     headers = response_headers(response)
     if isinstance(error, InvalidRange):
@@ -523,7 +514,7 @@ class _Upload:
 class _ResponseBody:
     """A GET's body as it arrives. Reading to the end or ``aclose()`` frees the connection."""
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx2.Response) -> None:
         self._response = response
         self._chunks = response.aiter_raw()  # raw: a stored Content-Encoding is not undone
 
@@ -536,7 +527,7 @@ class _ResponseBody:
         except StopAsyncIteration:
             await self.aclose()
             raise
-        except httpx.TransportError as exc:
+        except httpx2.TransportError as exc:
             await self.aclose()
             raise ServiceUnavailable(f"The lake connection broke mid-object ({type(exc).__name__}).") from exc
 
@@ -556,7 +547,7 @@ def _wire_value(value: str) -> bytes:
 
 
 def _signed_value(name: str, value: bytes) -> str:
-    # botocore hashes the canonical request as UTF-8, so the value it signs must be the
+    # SigV4 hashes the canonical request as UTF-8, so the value it signs must be the
     # wire bytes read as UTF-8.
     try:
         return value.decode("utf-8")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import httpx
+import httpx2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,10 +20,10 @@ class S3LakeConfig:
     max_connections: int = 64
 
     def __post_init__(self) -> None:
-        url = httpx.URL(self.endpoint)
+        url = httpx2.URL(self.endpoint)
         if url.scheme not in ("http", "https") or not url.host or url.path not in ("", "/"):
             raise ValueError("the lake endpoint must be http(s)://host[:port]")
 
     @property
-    def timeouts(self) -> httpx.Timeout:
-        return httpx.Timeout(self.timeout, connect=self.connect_timeout)
+    def timeouts(self) -> httpx2.Timeout:
+        return httpx2.Timeout(self.timeout, connect=self.connect_timeout)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 from urllib.parse import quote
 
-import httpx
+import httpx2
 
 from cachetier.errors import ServiceUnavailable
 from cachetier.lake import STORED_HEADERS, CopySource, ObjectAttributes, ObjectInfo, WriteResult
@@ -27,7 +27,7 @@ _INFO_HEADERS = ("x-amz-version-id", "x-amz-storage-class", "x-amz-mp-parts-coun
 CHECKSUM_MODE = {"x-amz-checksum-mode": "ENABLED"}
 
 
-def response_headers(response: httpx.Response) -> dict[str, str]:
+def response_headers(response: httpx2.Response) -> dict[str, str]:
     """The response headers, lower-case names, values as latin-1 str (repeats joined)."""
     out: dict[str, str] = {}
     for raw_name, raw_value in response.headers.raw:
@@ -168,7 +168,7 @@ def object_info(bucket: str, key: str, headers: Mapping[str, str], size: int) ->
     )
 
 
-def write_result(response: httpx.Response) -> WriteResult:
+def write_result(response: httpx2.Response) -> WriteResult:
     headers = response_headers(response)
     kept = {n: v for n, v in headers.items() if n.startswith("x-amz-checksum-") or n == "x-amz-version-id"}
     return WriteResult(etag=quoted(headers.get("etag", "")), headers=kept)
