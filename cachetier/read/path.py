@@ -35,7 +35,7 @@ from cachetier.lake import Lake, ObjectInfo, ObjectStream
 from cachetier.lake.conditions import Conditions
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.config import ReadConfig
-from cachetier.read.fetch import Fetches, ObjectChanged
+from cachetier.read.fetch import BlockFetch, Fetches, ObjectChanged
 from cachetier.read.metadata import MetadataCache, MetadataFlights
 from cachetier.read.sources import Sources
 from cachetier.read.tiers import Tiers
@@ -70,8 +70,6 @@ class ReadPath:
         self.sources = Sources(lake, self.tiers, self.fetches, self.meta, stats, cluster=cluster, spawn=self._spawn)
         self._lookups = MetadataFlights(self.meta)
         self._next_offset: OrderedDict[tuple[str, str, str], int] = OrderedDict()  # sequential readers
-        # versions whose blocks this node served to peers, which its metadata cache may not know
-        self._served: OrderedDict[tuple[str, str], ObjectInfo] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -153,7 +151,7 @@ class ReadPath:
         The blocks of the versions this node knew are dropped too (in the background): the one
         in its metadata cache, and the one it last served to peers as their owner. They are
         unreachable once the key is written, and would only wait for eviction."""
-        known = [self.meta.invalidate(bucket, key), self._served.pop((bucket, key), None)]
+        known = [self.meta.invalidate(bucket, key), self.sources.forget_served(bucket, key)]
         self._lookups.forget(bucket, key)
         for old in {info.etag: info for info in known if info is not None and info.size > 0}.values():
             self._spawn(asyncio.to_thread(self.tiers.drop, old))
@@ -216,16 +214,7 @@ class ReadPath:
                 self.stats.add(ctx.tenant, f"bytes_from_{tier}", b - a)
                 yield data[a:b] if (a, b) != (0, len(data)) else data
                 continue
-            fetch = self.fetches.get(bid)
-            if fetch is None:
-                self.stats.add(ctx.tenant, "misses")
-                fetch = self.sources.start(info, index, bid, ctx)
-            elif not fetch.owned:
-                self.stats.add(ctx.tenant, "misses")
-                fetch.owned = True
-            else:
-                self.stats.add(ctx.tenant, "coalesced")
-            pieces = fetch.read(a, b)
+            pieces = self._fetch_for(info, index, bid, ctx).read(a, b)
             async for piece in pieces:
                 self.stats.add(ctx.tenant, "bytes_from_lake", len(piece))
                 yield piece
@@ -236,6 +225,21 @@ class ReadPath:
             async for piece in pieces:
                 self.stats.add(ctx.tenant, "bytes_from_lake", len(piece))
                 yield piece
+
+    def _fetch_for(self, info: ObjectInfo, index: int, bid: BlockId, ctx: RequestContext) -> BlockFetch:
+        """The fetch a client's read of a block the tiers miss reads: the one on its way (the
+        read is coalesced), else a new one (a miss). A fetch metadata discovery started for
+        this very read is its own: a miss too."""
+        fetch = self.fetches.get(bid)
+        if fetch is None:
+            self.stats.add(ctx.tenant, "misses")
+            return self.sources.start(info, index, bid, ctx)
+        if not fetch.owned:
+            self.stats.add(ctx.tenant, "misses")
+            fetch.owned = True
+        else:
+            self.stats.add(ctx.tenant, "coalesced")
+        return fetch
 
     def _sequential_limit(self, info: ObjectInfo, start: int, end: int) -> int:
         """The last block index read-ahead may reach (``policies.readahead``), from where the
@@ -262,14 +266,9 @@ class ReadPath:
             self.sources.start(info, index, bid, ctx)
 
     async def serve_block(self, info: ObjectInfo, index: int) -> AsyncIterator[bytes]:
-        """Block ``index`` of ``info``'s version for a peer (``Sources.serve``). The version is
-        remembered, so that its blocks are dropped when the key is written."""
+        """Block ``index`` of ``info``'s version for a peer (``Sources.serve``)."""
         # a cold read here may be GETting this very block: join it, not race it
         await self._lookups.settled(info.bucket, info.key)
-        self._served[(info.bucket, info.key)] = info
-        self._served.move_to_end((info.bucket, info.key))
-        if len(self._served) > 10_000:
-            self._served.popitem(last=False)
         async for piece in self.sources.serve(info, index):
             yield piece
 

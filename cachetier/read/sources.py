@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -51,6 +52,8 @@ class Sources:
         self.block_size = tiers.block_size
         self.cluster = cluster
         self._spawn = spawn
+        # versions whose blocks this node served to peers, which its metadata cache may not know
+        self._served: OrderedDict[tuple[str, str], ObjectInfo] = OrderedDict()
 
     def start(
         self, info: ObjectInfo, index: int, bid: BlockId, ctx: RequestContext,
@@ -160,8 +163,12 @@ class Sources:
     async def serve(self, info: ObjectInfo, index: int) -> AsyncIterator[bytes]:
         """Block ``index`` of ``info``'s version for a peer (this node is, or was, its owner):
         from L2 (or L1), else fetched from the lake once, however many peers ask, and kept in
-        L2. Never from another peer."""
+        L2. Never from another peer. The version is remembered (``forget_served``)."""
         ctx = current.get()
+        self._served[(info.bucket, info.key)] = info
+        self._served.move_to_end((info.bucket, info.key))
+        if len(self._served) > 10_000:
+            self._served.popitem(last=False)
         bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
         lo, hi = block_bounds(index, info.size, self.block_size)
         # a peer's read asks the owner's tier (L2); a write-through copy in L1 is only probed
@@ -179,6 +186,10 @@ class Sources:
             self.stats.add(ctx.tenant, "coalesced")
         async for piece in fetch.read(0, hi - lo + 1):
             yield piece
+
+    def forget_served(self, bucket: str, key: str) -> ObjectInfo | None:
+        """The key's version this node last served to peers, forgotten (the key was written)."""
+        return self._served.pop((bucket, key), None)
 
 
 async def _let_readers_run() -> None:
