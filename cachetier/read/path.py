@@ -7,8 +7,8 @@ coordinates; the pieces live next to it:
   whose metadata is on its way join that lookup (``metadata``). Each runs as its own task, so a
   reader that goes away does not cancel it for the others.
 - Read-ahead (``policies.readahead``): while block i is served, blocks i+1..i+N of the range are
-  fetched; a request that continues where the previous one on the object ended is sequential,
-  and gets N blocks past its own end fetched too.
+  fetched; a request that continues where the previous one on the object ended is sequential
+  (``sequential``), and gets N blocks past its own end fetched too.
 - Consistency: blocks are keyed by ETag, and every block GET carries ``If-Match: <etag>``; an
   object changed in the lake under a cached ETag fails that GET (412) instead of mixing bytes.
   Before the first byte is sent, that retries once with fresh metadata; after it, the response
@@ -22,7 +22,6 @@ and ``policies``.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -37,6 +36,7 @@ from cachetier.lake.ranges import ByteRange
 from cachetier.read.config import ReadConfig
 from cachetier.read.fetch import BlockFetch, Fetches, ObjectChanged
 from cachetier.read.metadata import MetadataCache, MetadataFlights
+from cachetier.read.sequential import SequentialReaders
 from cachetier.read.sources import Sources
 from cachetier.read.tiers import Tiers
 from cachetier.telemetry.counters import CacheStats
@@ -69,7 +69,7 @@ class ReadPath:
         self.fetches = Fetches()
         self.sources = Sources(lake, self.tiers, self.fetches, self.meta, stats, cluster=cluster, spawn=self._spawn)
         self._lookups = MetadataFlights(self.meta)
-        self._next_offset: OrderedDict[tuple[str, str, str], int] = OrderedDict()  # sequential readers
+        self._sequential = SequentialReaders(config.block_size, config.readahead)
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -201,7 +201,7 @@ class ReadPath:
 
     async def _stream(self, info: ObjectInfo, start: int, end: int, ctx: RequestContext) -> AsyncIterator[bytes]:
         span = block_span(start, end, self.block_size)
-        ahead_limit = self._sequential_limit(info, start, end)
+        ahead_limit = self._sequential.limit(info, start, end)
         for index in span:
             ahead = readahead.window(index, ahead_limit, self.readahead)
             lo, hi = block_bounds(index, info.size, self.block_size)
@@ -240,17 +240,6 @@ class ReadPath:
         else:
             self.stats.add(ctx.tenant, "coalesced")
         return fetch
-
-    def _sequential_limit(self, info: ObjectInfo, start: int, end: int) -> int:
-        """The last block index read-ahead may reach (``policies.readahead``), from where the
-        previous request on the object ended, which this remembers."""
-        tag = (info.bucket, info.key, info.etag)
-        expected = self._next_offset.pop(tag, None)
-        self._next_offset[tag] = end + 1
-        if len(self._next_offset) > 10_000:
-            self._next_offset.popitem(last=False)
-        request = readahead.Request(start, end, info.size, self.block_size, expected)
-        return readahead.limit(request, self.readahead)
 
     def _prefetch(self, info: ObjectInfo, indexes: range, ctx: RequestContext) -> None:
         for index in indexes:
