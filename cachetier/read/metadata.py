@@ -3,12 +3,16 @@
 A fresh entry answers HEAD and conditional requests without the lake; an expired one is
 revalidated by a HEAD. Writes and deletes through the gateway invalidate at once. Blocks are
 keyed by ETag, so a changed ETag makes every old block unreachable.
+
+``MetadataFlights`` is the single flight of the lookups a miss makes: concurrent readers of a
+key share one. Imports only ``cachetier.lake`` (types).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from cachetier.lake import ObjectInfo
 
@@ -52,3 +56,55 @@ class MetadataCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class _Flight:
+    """A metadata lookup on its way to the lake (a HEAD, or a cold key's first block GET),
+    shared by the readers that need it."""
+
+    future: asyncio.Future[ObjectInfo]
+    stale = False  # the key was written meanwhile: do not cache the answer
+
+
+class MetadataFlights:
+    """The metadata lookups on their way to the lake, one per key, whose answers go into
+    ``cache`` unless the key was written while they were out."""
+
+    def __init__(self, cache: MetadataCache) -> None:
+        self.cache = cache
+        self._flights: dict[tuple[str, str], _Flight] = {}
+
+    def join(self, bucket: str, key: str, lookup: Callable[[], Awaitable[ObjectInfo]]) -> Awaitable[ObjectInfo]:
+        """The key's lookup in flight, else a new one made by ``lookup`` (single flight: 16 cold
+        readers, one lake request). A reader that goes away does not cancel it for the others."""
+        flight = self._flights.get((bucket, key))
+        if flight is None:
+            flight = _Flight()
+            flight.future = asyncio.ensure_future(self._run(bucket, key, lookup, flight))
+            self._flights[(bucket, key)] = flight
+        return asyncio.shield(flight.future)
+
+    async def _run(
+        self, bucket: str, key: str, lookup: Callable[[], Awaitable[ObjectInfo]], flight: _Flight
+    ) -> ObjectInfo:
+        try:
+            info = await lookup()
+        finally:
+            if self._flights.get((bucket, key)) is flight:
+                del self._flights[(bucket, key)]
+        if not flight.stale:  # a write while the request was out: its answer may predate the write
+            self.cache.put(info)
+        return info
+
+    def forget(self, bucket: str, key: str) -> None:
+        """Detach the key's lookup in flight: a read that starts after a write must not join a
+        lookup that may have been answered before the write, nor cache its answer."""
+        flight = self._flights.pop((bucket, key), None)
+        if flight is not None:
+            flight.stale = True
+
+    async def settled(self, bucket: str, key: str) -> None:
+        """Wait for the key's lookup in flight, if any, to end (however it ends)."""
+        flight = self._flights.get((bucket, key))
+        if flight is not None:
+            await asyncio.wait([flight.future])

@@ -221,7 +221,7 @@ def test_a_vanished_cache_directory_is_a_miss(lake: CountingLake, tmp_path: Path
 
 def _failing_l2(node: Node) -> FailingStore:
     store = FailingStore()
-    node.l2 = node.reads.l2 = store
+    node.l2 = node.reads.tiers.l2 = store
     return store
 
 
