@@ -1,8 +1,8 @@
 # lakegate developer entry points.
 #
 #   make run     one gateway node on 127.0.0.1:9000 over a folder lake (var/lake)
-#   make test    installs what the tests need (Debian packages, .venv), starts a throwaway
-#                Ceph RGW, runs pytest on tests/ (unit + integration), stops Ceph
+#   make test    installs what the tests need (Debian packages, .venv), type-checks (mypy
+#                --strict), starts a throwaway Ceph RGW, runs pytest on every tier, stops Ceph
 #
 # Overridable, e.g. `make run LISTEN=0.0.0.0:9000 LAKE=http://127.0.0.1:7480` or
 # `make test PYTEST_ARGS='tests/integration --target gw-dir -x'`.
@@ -30,7 +30,7 @@ TEST_APT_PACKAGES := ceph-mon ceph-osd radosgw ceph-common curl openssl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PIP  := PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore $(VENV)/bin/python -m pip
 
-.PHONY: run test test-deps system-deps
+.PHONY: run test test-deps system-deps typecheck
 .NOTPARALLEL:  # Debian packages before the venv, the venv before pip
 
 run: $(VENV)/.installed
@@ -38,13 +38,17 @@ run: $(VENV)/.installed
 	@exec $(VENV)/bin/lakegate serve --listen $(LISTEN) --lake $(LAKE) --tenants $(TENANTS) \
 	  --cache-dir $(CACHE_DIR) $(SERVE_ARGS)
 
-test: test-deps
+test: test-deps typecheck
 	@CEPH_DIR=$(TEST_CEPH_DIR) CEPH_RGW_PORT=$(TEST_CEPH_RGW_PORT) \
 	  CEPH_MON_PORT=$(TEST_CEPH_MON_PORT) CEPH_OSD_SIZE_GB=$(TEST_CEPH_OSD_GB) CEPH_MS_PORT_MIN=$(word 1,$(TEST_CEPH_MS_PORTS)) \
 	  CEPH_MS_PORT_MAX=$(word 2,$(TEST_CEPH_MS_PORTS)) \
 	  bash deploy/ceph/with-ceph.sh $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test-deps: system-deps $(VENV)/.installed-test
+
+# mypy --strict over gateway/, cachetier/, policies/, tools/ (the settings are in pyproject.toml)
+typecheck: $(VENV)/.installed-test
+	@printf 'make: mypy --strict: '; $(VENV)/bin/mypy
 
 # Debian packages, installed only when something is missing (a fresh Debian 12 has none)
 system-deps:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from uhashring import HashRing  # type: ignore[import-untyped]
+from uhashring import HashRing
 
 POINTS = 160  # ring points per unit of weight (uhashring's default per node)
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import diskcache  # type: ignore[import-untyped]
+import diskcache
 from awscrt.checksums import crc32c
 
 _TAG_PREFIX = "crc32c:"
@@ -76,7 +76,7 @@ class Row:
     checksum: int | None  # see tag_checksum
 
     def matches(self, data: bytes) -> bool:
-        return crc32c(data) == self.checksum
+        return bool(crc32c(data) == self.checksum)
 
 
 def read_file(path: str, size: int) -> bytes | None:

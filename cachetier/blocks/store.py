@@ -43,7 +43,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-import diskcache  # type: ignore[import-untyped]
+import diskcache
 
 from cachetier.blocks.index import BlockIndex, Row, checksum_tag, read_file
 from cachetier.blocks.ids import BlockId

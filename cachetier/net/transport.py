@@ -34,7 +34,7 @@ import ssl
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
-import httptools  # type: ignore[import-untyped]
+import httptools
 import httpx2
 
 _HIGH_WATER = 4 << 20  # body bytes buffered for the consumer before the socket is paused

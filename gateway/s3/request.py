@@ -3,7 +3,9 @@ virtual-host-style), query, headers, and the S3 operation it names."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from cachetier.errors import MethodNotAllowed, Unimplemented
@@ -40,7 +42,7 @@ class S3Request:
         return f"/{self.bucket}/{self.key}" if self.key else f"/{self.bucket}"
 
 
-def from_scope(scope: dict, host_suffixes: tuple[str, ...]) -> S3Request:
+def from_scope(scope: Mapping[str, Any], host_suffixes: tuple[str, ...]) -> S3Request:
     raw_headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
     headers: dict[str, str] = {}
     for k, v in raw_headers:

@@ -75,10 +75,11 @@ def _read_file(path: Path) -> dict[str, Keys]:
     by_tenant: dict[str, Keys] = {}
     for number, row in enumerate(rows, start=1):
         fields = [row.get(k) if isinstance(row, dict) else None for k in ("name", "access_key", "secret_key")]
-        if not all(isinstance(f, str) and f for f in fields):
+        strings = [f for f in fields if isinstance(f, str) and f]
+        if len(strings) != len(fields):
             raise CredentialsError(f"credentials file {path}: tenant #{number} needs name, access_key "
                                    "and secret_key (non-empty strings)")
-        name, access_key, secret_key = fields
+        name, access_key, secret_key = strings
         if name in by_tenant:
             raise CredentialsError(f"credentials file {path}: tenant {name!r} given twice")
         by_tenant[name] = Keys(access_key, secret_key)

@@ -169,7 +169,7 @@ class ZipfByRecency:
 
     def share(self, top: int, m: int) -> float:
         """P(rank <= top) among m ranks: what a popularity test compares with."""
-        return self.cumulative[min(top, m) - 1] / self.cumulative[m - 1]
+        return float(self.cumulative[min(top, m) - 1] / self.cumulative[m - 1])
 
     def sample(self, m: int, rng: random.Random) -> int:
         return bisect.bisect_left(self.cumulative, rng.random() * self.cumulative[m - 1], 0, m - 1) + 1

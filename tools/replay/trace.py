@@ -79,7 +79,7 @@ def parse_record(row: Mapping[str, Any]) -> TraceRecord:
     offset = _number(values["offset"], "offset")
     text = {name: _text(values[name], name) for name in _REQUIRED_TEXT}
     ints = {name: _count(values[name], name) if name in values else None for name in _OPTIONAL_INTS}
-    record = TraceRecord(offset=offset, **text, **ints)
+    record = TraceRecord(offset=offset, **text, **ints)  # type: ignore[arg-type]  # names checked above
     _check_range(record)
     return record
 

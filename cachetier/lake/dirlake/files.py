@@ -137,7 +137,7 @@ class _Staging:
     async def _receive(self, body: Body, length: int, expected_md5: bytes | None) -> _Staged:
         """Stream ``body`` into a fsynced temp file. Nothing of it survives an exception."""
         path = self._tmp_path()
-        out = await self._io(open, path, "xb")
+        out: BinaryIO = await self._io(open, path, "xb")
         md5 = hashlib.md5()
         batch: list[bytes] = []
         size = pending = 0

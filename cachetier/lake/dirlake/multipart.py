@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from cachetier.lake.dirlake.files import (
     MAX_PUT_SIZE, _discard, _fsync_dir, _parse_content_md5, _read_json, _Staged, _Staging,
@@ -80,6 +80,13 @@ class _MultipartUploads(_Staging):
     ``_open_source`` and ``_commit``."""
 
     _uploads: Path
+
+    if TYPE_CHECKING:  # what DirLake provides, declared for the type checker only
+        async def _index(self, bucket: str) -> _BucketIndex: ...
+        def _commit(self, idx: _BucketIndex, staged: Path, record: _Record) -> None: ...
+        async def _open_source(
+            self, source: CopySource, for_part: bool
+        ) -> tuple[_Record, tuple[int, int] | None, BinaryIO]: ...
 
     async def _upload(self, bucket: str, key: str, upload_id: str) -> tuple[_BucketIndex, Path, dict[str, Any]]:
         idx = await self._index(bucket)
@@ -162,7 +169,8 @@ class _MultipartUploads(_Staging):
         name = f"{number:05d}.{uuid.uuid4().hex}.part"
         meta_path = folder / f"{number:05d}.json"
         now = int(time.time())
-        part = {"file": name, "size": staged.size, "etag": f'"{staged.md5.hex()}"', "last_modified": now}
+        etag = f'"{staged.md5.hex()}"'
+        part = {"file": name, "size": staged.size, "etag": etag, "last_modified": now}
         try:
             old = _read_json(meta_path)
             os.rename(staged.path, folder / name)
@@ -174,7 +182,7 @@ class _MultipartUploads(_Staging):
             raise NoSuchUpload() from exc
         if old is not None:
             _discard(folder / old["file"])
-        return WriteResult(part["etag"], _utc(now))
+        return WriteResult(etag, _utc(now))
 
     async def upload_part(
         self,

@@ -378,11 +378,16 @@ class S3Lake:
             async for _chunk in content:
                 raise IncompleteBody("The body is longer than its declared length.")
             content = b""
-        upload = _Upload(content, length or 0) if content is not None and not isinstance(content, bytes) else None
+        upload: _Upload | None = None
+        payload: bytes | _Upload | None
+        if content is None or isinstance(content, bytes):
+            payload = content
+        else:
+            payload = upload = _Upload(content, length or 0)
         retryable = method in _IDEMPOTENT_METHODS if idempotent is None else idempotent
         backoff = retry.Backoff(self._retries, self.retry_base_delay)
         for number in range(self._retries + 1):
-            request = self._signed(method, bucket, key, query or {}, dict(headers or {}), upload or content, length)
+            request = self._signed(method, bucket, key, query or {}, dict(headers or {}), payload, length)
             try:
                 response = await self._send(request)
                 wait = retry.delay(backoff, retry.Attempt(number, response.status_code, retryable), random.random())
@@ -448,7 +453,7 @@ class S3Lake:
         # httpx drops "." and ".." path segments (legal in S3 keys); escaped, they reach the
         # lake, which decodes the path before checking the signature over it.
         url = httpx2.URL(self._origin + _escape_dot_segments(path) + suffix)
-        return httpx2.Request(method, url, headers=list(wire.items()), content=content)
+        return httpx2.Request(method, url, headers=[(n.encode("ascii"), v) for n, v in wire.items()], content=content)
 
 
 async def _lake_error(response: httpx2.Response, method: str, not_found: str) -> S3Error:
@@ -532,7 +537,7 @@ class _ResponseBody:
             raise ServiceUnavailable(f"The lake connection broke mid-object ({type(exc).__name__}).") from exc
 
     async def aclose(self) -> None:
-        await self._chunks.aclose()  # type: ignore[attr-defined]  # an async generator
+        await self._chunks.aclose()
         await self._response.aclose()
 
 

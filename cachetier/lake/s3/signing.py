@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
-from awscrt import auth as crt_auth  # type: ignore[import-untyped]
+from awscrt import auth as crt_auth
 from awscrt import http as crt_http
-from botocore.auth import SIGV4_TIMESTAMP, S3SigV4Auth  # type: ignore[import-untyped]
-from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
-from botocore.credentials import Credentials  # type: ignore[import-untyped]
+from botocore.auth import SIGV4_TIMESTAMP, S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
