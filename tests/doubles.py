@@ -3,7 +3,7 @@ another's.
 
 The twins of lakegate's own interfaces live with the interface (``cachetier.lake.memory``,
 ``cachetier.blocks.store.MemoryBlockStore``, ``cachetier.cluster.memory.MemoryPeers``) and are
-checked to conform there; what is here only exists for tests, in three sections:
+checked to conform there; what is here only exists for tests, in these sections:
 
     lakes and clocks                 wrappers that count and hold lake calls, a settable clock
     read path                        the block size, bucket and tenant of the read-path tests, and
@@ -11,16 +11,25 @@ checked to conform there; what is here only exists for tests, in three sections:
                                      test_counters.py, test_peerapi.py)
     cluster of in-process nodes      ReadPath nodes with a real Cluster and Membership over one
                                      lake, their peer client the loopback twin told to fail
+    block stores                     test blocks (their bytes derived from their ids, in any
+                                     process), capacities that hold n of them, the disk store's rows
+    lakes on disk                    a DirLake's ETags and what it leaves in its temporary folder
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
+import sqlite3
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
-from cachetier.blocks.store import MemoryBlockStore
+from cachetier.blocks.ids import BlockId
+from cachetier.blocks.store import SIDE_FILES_RESERVE, MemoryBlockStore
 from cachetier.cluster.client import PeerUnavailable
 from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import Membership
@@ -125,7 +134,7 @@ async def put(lake: Any, key: str, data: bytes) -> str:
 
 
 async def read(lake: Lake | ReadPath, key: str, rng: ByteRange | None = None) -> tuple[ObjectStream, bytes]:
-    """A whole GET through ``lake`` (a ReadPath or a CachedLake): the stream and its bytes."""
+    """A whole GET through ``lake`` (a ReadPath, a CachedLake or any lake): the stream and its bytes."""
     if isinstance(lake, ReadPath):
         stream = await lake.open(B, key, rng, Conditions())
     else:
@@ -252,3 +261,53 @@ async def settle(cluster: Sequence[Node]) -> None:
     """Wait for every node's background work (fetches, stores, drops), which may wait on another's."""
     while tasks := [task for node in cluster for task in node.reads._tasks]:  # no public "idle" signal
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# ---- block stores --------------------------------------------------------------------------------
+
+MiB = 1024 * 1024
+# capacities of (n + 1) blocks - 1 byte hold exactly n 1 MiB blocks in either store, the disk
+# store's SQLite files (WAL under SIDE_FILES_RESERVE, the database a few pages) fitting in the slack
+assert SIDE_FILES_RESERVE <= MiB // 2
+
+
+def fits(n: int) -> int:
+    return (n + 1) * MiB - 1
+
+
+def bid(index: int, key: str = "k") -> BlockId:
+    return BlockId.of("bucket", key, '"etag"', index)
+
+
+def content(block_id: BlockId, size: int | None = None) -> bytes:
+    """A block's bytes, derived from its id (any process derives the same). Self-contained:
+    the crash test runs its source in a child process."""
+    import random
+
+    rng = random.Random(block_id.hex)
+    if size is None:
+        size = 1 + rng.randrange(64 * 1024)
+    return rng.randbytes(size)
+
+
+def block(index: int) -> tuple[BlockId, bytes]:
+    block_id = bid(index)
+    return block_id, content(block_id, MiB)
+
+
+def block_rows(directory: Path) -> dict[str, tuple[float, float, int]]:
+    """key -> (store_time, access_time, access_count), read beside the store's own connection."""
+    with closing(sqlite3.connect(directory / "cache.db")) as con:
+        rows = con.execute("SELECT key, store_time, access_time, access_count FROM Cache").fetchall()
+    return {key: (stored, accessed, count) for key, stored, accessed, count in rows}
+
+
+# ---- lakes on disk -------------------------------------------------------------------------------
+
+
+def md5_etag(data: bytes) -> str:
+    return f'"{hashlib.md5(data).hexdigest()}"'
+
+
+def leftovers(root: Path) -> list[str]:
+    return os.listdir(root / ".tmp")

@@ -1,8 +1,8 @@
 """DirLake: the embedded lake answers as S3 would (errors, listing, multipart, ETags) and keeps
 its writes all-or-nothing. The tests about Lake semantics (those taking ``lakes``) run over
 DirLake and over its in-memory twin MemoryLake, which is also checked against the Lake protocol
-by exact signature; the rest are about DirLake's folder. Sync tests drive the async API with
-asyncio.run."""
+by exact signature; the rest are about DirLake's folder (a writer killed mid-write:
+tests/component/test_crash_kill.py). Sync tests drive the async API with asyncio.run."""
 
 from __future__ import annotations
 
@@ -12,10 +12,7 @@ import bisect
 import hashlib
 import inspect
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from doubles import leftovers, md5_etag
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -122,16 +120,8 @@ async def read(lake: Lake, key: str, bucket: str = B, **kw: Any) -> bytes:
         await stream.aclose()
 
 
-def md5_etag(data: bytes) -> str:
-    return f'"{hashlib.md5(data).hexdigest()}"'
-
-
 def b64md5(data: bytes) -> str:
     return base64.b64encode(hashlib.md5(data).digest()).decode()
-
-
-def leftovers(root: Path) -> list[str]:
-    return os.listdir(root / ".tmp")
 
 
 @pytest.fixture
@@ -757,48 +747,3 @@ def test_start_up_removes_crash_leftovers(root: Path) -> None:
     assert leftovers(root) == [] and not (fan / "deadbeef").exists()
     assert lake.check() == []
     assert run(lambda lake: read(lake, "k"), root) == b"kept"
-
-
-_WRITER = """
-import asyncio, sys
-from cachetier.lake.dirlake import DirLake
-from cachetier.lake import ObjectAttributes
-
-async def main():
-    lake = DirLake(sys.argv[1])
-    await lake.create_bucket("bkt")
-    for i in range(10**6):
-        data = str(i).encode() * 1_000_000
-        async def body():
-            yield data
-        await lake.put_object("bkt", f"k{i % 3}", body(), len(data), ObjectAttributes())
-        print(i, flush=True)
-
-asyncio.run(main())
-"""
-
-
-@pytest.mark.parametrize("delay", [0.0, 0.01, 0.02])
-def test_killed_writer_leaves_whole_objects(root: Path, delay: float) -> None:
-    """SIGKILL a process overwriting objects: the delays land the kill in various write steps."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(root)], stdout=subprocess.PIPE, cwd=Path(__file__).parents[2]
-    )
-    assert child.stdout is not None
-    for _ in range(5):  # several overwrites in
-        child.stdout.readline()
-    time.sleep(delay)
-    child.kill()
-    child.wait()
-    child.stdout.close()
-    lake = DirLake(root, stale_after=0)
-    assert lake.check() == [] and leftovers(root) == []
-
-    async def scenario(lake: DirLake) -> None:
-        entries = (await lake.list_objects(B, ListQuery())).entries
-        assert len(entries) == 3
-        for entry in entries:
-            assert md5_etag(await read(lake, entry.key)) == entry.etag
-        assert len(list((root / B / "data").glob("*/*"))) == 3  # unnamed files were removed
-
-    run(scenario, root)
