@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from doubles import leftovers, md5_etag
+from doubles import Clock, leftovers, md5_etag
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -731,6 +731,48 @@ def test_list_multipart_uploads(lakes: Opener) -> None:
         assert all(u.initiated.tzinfo is not None for u in page.uploads)
 
     run(scenario, lakes)
+
+
+# -- the clock ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", LAKES)
+def test_last_modified_and_upload_times_come_from_the_lakes_clock(kind: str, root: Path) -> None:
+    clock = Clock()
+    lake: Lake = DirLake(root, clock=clock) if kind == "dir" else MemoryLake(clock=clock)
+
+    def at(seconds: int) -> datetime:
+        return datetime.fromtimestamp(seconds, UTC)
+
+    async def scenario() -> None:
+        await lake.create_bucket(B)
+        assert [b.created for b in await lake.list_buckets()] == [at(1000)]
+        clock.now = 2000.5
+        assert (await lake.put_object(B, "k", chunks(b"x"), 1, ObjectAttributes())).last_modified == at(2000)
+        clock.now = 3000.0
+        assert (await lake.copy_object(CopySource(B, "k"), B, "copy")).last_modified == at(3000)
+        clock.now = 4000.0
+        # a clock that stands still still gives one key's uploads ids in creation order
+        uids = [await lake.create_multipart_upload(B, "mp", ObjectAttributes()) for _ in range(3)]
+        uploads = (await lake.list_multipart_uploads(B, UploadsQuery())).uploads
+        assert [u.upload_id for u in uploads] == uids and {u.initiated for u in uploads} == {at(4000)}
+        clock.now = 5000.0
+        part = await lake.upload_part(B, "mp", uids[0], 1, chunks(b"part"), 4)
+        assert [p.last_modified for p in (await lake.list_parts(B, "mp", uids[0])).parts] == [at(5000)]
+        clock.now = 6000.0
+        completed = await lake.complete_multipart_upload(B, "mp", uids[0], [(1, part.etag)])
+        assert completed.last_modified == at(6000)
+        heads = [(await lake.head_object(B, key)).last_modified for key in ("copy", "k", "mp")]
+        listed = [entry.last_modified for entry in (await lake.list_objects(B, ListQuery())).entries]
+        assert heads == listed == [at(3000), at(2000), at(6000)]
+
+    async def main() -> None:
+        try:
+            await scenario()
+        finally:
+            await lake.aclose()
+
+    asyncio.run(main())
 
 
 # -- recovery ---------------------------------------------------------------------------------
