@@ -1,20 +1,55 @@
-"""Test doubles shared by the test tiers, in one place so that no test module imports another's.
+"""Test doubles and helpers shared by the test tiers, in one place so that no test module imports
+another's.
 
 The twins of lakegate's own interfaces live with the interface (``cachetier.lake.memory``,
-``cachetier.blocks.store.MemoryBlockStore``) and are checked to conform there; what is here
-only exists for tests: wrappers that count and hold calls, and a settable clock.
+``cachetier.blocks.store.MemoryBlockStore``, ``cachetier.cluster.memory.MemoryPeers``) and are
+checked to conform there; what is here only exists for tests, in these sections:
+
+    lakes and clocks                 wrappers that count and hold lake calls, a settable clock
+    read path                        the block size, bucket and tenant of the read-path tests, and
+                                     how they put, read and wait (tests/unit/test_readpath*.py,
+                                     test_counters.py, test_peerapi.py)
+    cluster of in-process nodes      ReadPath nodes with a real Cluster and Membership over one
+                                     lake, their peer client the loopback twin told to fail
+    block stores                     test blocks (their bytes derived from their ids, in any
+                                     process), capacities that hold n of them, the disk store's rows
+    lakes on disk                    a DirLake's ETags and what it leaves in its temporary folder
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import hashlib
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
-from cachetier.lake import Lake, ObjectInfo, ObjectStream
+from cachetier.blocks.ids import BlockId
+from cachetier.blocks.store import SIDE_FILES_RESERVE, MemoryBlockStore
+from cachetier.cluster.client import PeerUnavailable
+from cachetier.cluster.config import MembershipConfig
+from cachetier.cluster.membership import Membership
+from cachetier.cluster.memory import MemoryPeers
+from cachetier.cluster.node import Cluster
+from cachetier.cluster.owner import Owner
+from cachetier.cluster.ring import Member
+from cachetier.context import RequestContext, current
+from cachetier.lake import Lake, ObjectAttributes, ObjectInfo, ObjectStream, WriteResult
 from cachetier.lake.conditions import Conditions
 from cachetier.lake.memory import MemoryLake
 from cachetier.lake.ranges import ByteRange
 from cachetier.lake.s3.headers import range_header
+from cachetier.read.config import ReadConfig
+from cachetier.read.path import ReadPath
+from cachetier.telemetry.counters import CacheStats
+
+
+# ---- lakes and clocks ----------------------------------------------------------------------------
+
 
 # the piece size of a test lake's bodies: small, so that readers of KiB-sized blocks interleave
 SMALL_CHUNK = 300
@@ -66,3 +101,213 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+# ---- read path ---------------------------------------------------------------------------------
+
+
+T = TypeVar("T")
+BS = 1024  # block size
+B = "bkt"
+TENANT = "t"
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` as tenant TENANT's request."""
+
+    async def main() -> T:
+        current.set(RequestContext(TENANT))
+        return await coro
+
+    return asyncio.run(main())
+
+
+async def _body(data: bytes) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), 700):
+        yield data[start : start + 700]
+
+
+async def put(lake: Any, key: str, data: bytes) -> str:
+    """Store ``data`` in the lake itself (behind the cache's back); its ETag."""
+    result: WriteResult = await lake.put_object(B, key, _body(data), len(data), ObjectAttributes())
+    return result.etag
+
+
+async def read(lake: Lake | ReadPath, key: str, rng: ByteRange | None = None) -> tuple[ObjectStream, bytes]:
+    """A whole GET through ``lake`` (a ReadPath, a CachedLake or any lake): the stream and its bytes."""
+    if isinstance(lake, ReadPath):
+        stream = await lake.open(B, key, rng, Conditions())
+    else:
+        stream = await lake.get_object(B, key, rng)
+    try:
+        body = b"".join([piece async for piece in stream.body])
+    finally:
+        await stream.aclose()
+    assert len(body) == stream.length
+    return stream, body
+
+
+async def drain(reads: ReadPath) -> None:
+    """Wait for the read path's background work (fetches, read-ahead, stores) to finish."""
+    while reads.background:
+        await asyncio.gather(*list(reads._tasks), return_exceptions=True)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.001)
+
+
+def block_range(index: int, size: int) -> str:
+    return f"bytes={index * BS}-{min((index + 1) * BS, size) - 1}"
+
+
+def counts(reads: ReadPath) -> dict[str, int]:
+    return reads.stats.snapshot().get(TENANT, {})
+
+
+# ---- cluster of in-process nodes ----------------------------------------------------------------
+
+PARTITIONS = 64
+
+
+@dataclass
+class Fault:
+    """How a node fails the blocks it serves: ``after`` bytes (0: before the first byte)."""
+
+    after: int = 0
+
+
+class LoopbackPeers(MemoryPeers):
+    """The checked twin of PeerClient (calling the owner node's ``Owner`` in-process), recording
+    the blocks asked for, and failing the nodes in ``faults`` as told."""
+
+    def __init__(self, me: Member, owners: Mapping[str, Owner]) -> None:
+        super().__init__(me, owners)
+        self.faults: dict[str, Fault] = {}
+        self.fetches: list[tuple[str, str, int]] = []  # (to node, key, index)
+
+    async def fetch_block(
+        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
+    ) -> AsyncIterator[bytes]:
+        self.fetches.append((member.id, info.key, index))
+        fault = self.faults.get(member.id)
+        if fault is not None and fault.after == 0:
+            raise PeerUnavailable(f"{member.id} is down")
+        pieces = super().fetch_block(member, info, index, block_size, tenant)
+        sent = 0
+        try:
+            async for piece in pieces:
+                if fault is not None and sent + len(piece) >= fault.after:
+                    yield piece[: fault.after - sent]
+                    raise PeerUnavailable(f"{member.id} went away after {fault.after} bytes")
+                sent += len(piece)
+                yield piece
+        finally:
+            await pieces.aclose()  # type: ignore[attr-defined]
+
+
+class Node:
+    """One cache node: L1, L2, membership, cluster and read path, over the shared ``lake``."""
+
+    def __init__(self, name: str, lake: object, owners: dict[str, Owner], clock: Clock, *,
+                 replicas: int, readahead: int) -> None:
+        self.member = Member(name, f"http://{name}:9000")
+        self.membership = Membership(self.member, MembershipConfig(PARTITIONS, replicas, failure_timeout=30.0),
+                                     clock=clock)
+        self.peers = LoopbackPeers(self.member, owners)
+        self.cluster = Cluster(self.membership, self.peers, seeds=[])
+        self.l1, self.l2 = MemoryBlockStore(1 << 30), MemoryBlockStore(1 << 30)
+        config = ReadConfig(block_size=BS, meta_ttl=60.0, readahead=readahead)
+        self.reads = ReadPath(lake, self.l1, CacheStats(), config,  # type: ignore[arg-type]
+                              clock=clock, l2=self.l2, cluster=self.cluster)
+        owners[self.member.url] = Owner(self.cluster, self.reads, dict)
+
+    def owns(self, key: str, index: int = 0) -> bool:
+        return self.cluster.owners(B, key, index)[0].id == self.member.id
+
+    def counts(self) -> dict[str, int]:
+        return {name: self.reads.stats.total(name) for name in ("hits", "l2_hits", "peer_fetches", "peer_hits",
+                                                                   "lake_gets", "misses", "coalesced")}
+
+
+def nodes(lake: object, count: int = 3, *, replicas: int = 1, readahead: int = 0) -> list[Node]:
+    """``count`` nodes that have all heard from each other (so they plan one ring)."""
+    clock = Clock()
+    registry: dict[str, Node] = {}
+    owners: dict[str, Owner] = {}
+    for i in range(count):
+        registry[f"n{i}"] = Node(f"n{i}", lake, owners, clock, replicas=replicas, readahead=readahead)
+    for node in registry.values():
+        for other in registry.values():
+            node.membership.heard_from(other.member)
+    assert len({node.membership.ring.version for node in registry.values()}) == 1
+    return list(registry.values())
+
+
+def key_owned_by(owner: Node, index: int = 0, *, second: Node | None = None, besides: str = "") -> str:
+    """A key whose block ``index`` ``owner`` owns (and, given ``second``, that node next)."""
+    for n in range(10_000):
+        key = f"obj-{n}"
+        owners = [m.id for m in owner.cluster.owners(B, key, index)]
+        if owners[0] == owner.member.id and (second is None or owners[1] == second.member.id) and key != besides:
+            return key
+    raise AssertionError("no such key")
+
+
+async def settle(cluster: Sequence[Node]) -> None:
+    """Wait for every node's background work (fetches, stores, drops), which may wait on another's."""
+    while tasks := [task for node in cluster for task in node.reads._tasks]:  # no public "idle" signal
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# ---- block stores --------------------------------------------------------------------------------
+
+MiB = 1024 * 1024
+# capacities of (n + 1) blocks - 1 byte hold exactly n 1 MiB blocks in either store, the disk
+# store's SQLite files (WAL under SIDE_FILES_RESERVE, the database a few pages) fitting in the slack
+assert SIDE_FILES_RESERVE <= MiB // 2
+
+
+def fits(n: int) -> int:
+    return (n + 1) * MiB - 1
+
+
+def bid(index: int, key: str = "k") -> BlockId:
+    return BlockId.of("bucket", key, '"etag"', index)
+
+
+def content(block_id: BlockId, size: int | None = None) -> bytes:
+    """A block's bytes, derived from its id (any process derives the same). Self-contained:
+    the crash test runs its source in a child process."""
+    import random
+
+    rng = random.Random(block_id.hex)
+    if size is None:
+        size = 1 + rng.randrange(64 * 1024)
+    return rng.randbytes(size)
+
+
+def block(index: int) -> tuple[BlockId, bytes]:
+    block_id = bid(index)
+    return block_id, content(block_id, MiB)
+
+
+def block_rows(directory: Path) -> dict[str, tuple[float, float, int]]:
+    """key -> (store_time, access_time, access_count), read beside the store's own connection."""
+    with closing(sqlite3.connect(directory / "cache.db")) as con:
+        rows = con.execute("SELECT key, store_time, access_time, access_count FROM Cache").fetchall()
+    return {key: (stored, accessed, count) for key, stored, accessed, count in rows}
+
+
+# ---- lakes on disk -------------------------------------------------------------------------------
+
+
+def md5_etag(data: bytes) -> str:
+    return f'"{hashlib.md5(data).hexdigest()}"'
+
+
+def leftovers(root: Path) -> list[str]:
+    return os.listdir(root / ".tmp")

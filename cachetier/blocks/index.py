@@ -137,7 +137,9 @@ class BlockIndex:
             if self._lfu:
                 self._reads[key] = self._reads.get(key, 0) + 1
             else:
-                self._reads[key] = time.time()  # diskcache's clock for access_time
+                # diskcache's own clock for access_time: wall time, as diskcache stamps its rows
+                # with it, so not an injected clock
+                self._reads[key] = time.time()
 
     def forget(self, key: str, row: Row | None = None) -> None:
         """Drop the key (only if it is still ``row``, when given): its row is gone or the

@@ -4,11 +4,8 @@ with TierViolation, so such a test goes to tests/component instead and the tiers
 Guarded: binding, connecting and listening on any socket (asyncio's servers and connections
 go through these), subprocess.Popen (and so run, check_output, asyncio's subprocesses),
 os.fork and os.posix_spawn. A socketpair (asyncio's self-pipe, in-process test transports)
-needs none of these and stays allowed.
-
-The crash tests below SIGKILL a child python that runs the store's own code and then check what
-it left; they share their module's fixtures and helpers, so they stay beside them, named here
-one by one, until those helpers have a shared home.
+needs none of these and stays allowed. There are no exceptions: the crash tests that SIGKILL a
+child python are tests/component/test_crash_kill.py.
 """
 
 from __future__ import annotations
@@ -33,18 +30,8 @@ def _refuse(what: str) -> Callable[..., Any]:
     return refuse
 
 
-CRASH_TESTS_WITH_A_CHILD = frozenset({
-    ("test_blockstore.py", "test_a_writer_killed_mid_put_leaves_no_wrong_block"),
-    ("test_blockstore.py", "test_reads_are_flushed_in_the_background_and_survive_a_kill"),
-    ("test_dirlake.py", "test_killed_writer_leaves_whole_objects"),
-})
-
-
 @pytest.fixture(autouse=True)
-def _no_sockets_or_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    if (request.path.name, request.function.__name__) in CRASH_TESTS_WITH_A_CHILD:
-        yield
-        return
+def _no_sockets_or_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in ("bind", "connect", "connect_ex", "listen"):
         monkeypatch.setattr(socket.socket, name, _refuse(f"{name} a socket"))
     monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("start a process"))

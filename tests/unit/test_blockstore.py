@@ -1,6 +1,7 @@
 """Block stores: the disk store and its in-memory twin conform to ``BlockStore`` and pass one
 shared list of tests; the disk store alone is checked for what only a disk has: restarts,
-corrupted and orphaned files, directory size, and processes killed in the middle of a put."""
+corrupted and orphaned files, directory size. Processes killed in the middle of a put are
+tests/component/test_crash_kill.py's."""
 
 from __future__ import annotations
 
@@ -8,11 +9,6 @@ import inspect
 import os
 import random
 import shutil
-import signal
-import sqlite3
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,9 +18,9 @@ from pathlib import Path
 
 import diskcache  # type: ignore[import-untyped]
 import pytest
+from doubles import MiB, bid, block, block_rows, content, fits
 
 from cachetier.blocks import store as blockstore
-from cachetier.blocks.ids import BlockId
 from cachetier.blocks.store import (
     EVICTION_POLICIES,
     SIDE_FILES_RESERVE,
@@ -34,40 +30,11 @@ from cachetier.blocks.store import (
     MemoryBlockStore,
 )
 
-MiB = 1024 * 1024
-REPO = Path(__file__).resolve().parents[2]
-
-# Shared tests use 1 MiB blocks and capacities of (n + 1) blocks - 1 byte: both stores then hold
-# exactly n blocks, the disk store's SQLite files (WAL under SIDE_FILES_RESERVE, the database a
-# few pages) fitting in the slack.
+# Shared tests use 1 MiB blocks and capacities of fits(n) (tests/doubles.py): both stores then
+# hold exactly n blocks.
 B = MiB
-assert SIDE_FILES_RESERVE <= B // 2
 
 MakeStore = Callable[..., BlockStore]
-
-
-def fits(n: int) -> int:
-    return (n + 1) * B - 1
-
-
-def bid(index: int, key: str = "k") -> BlockId:
-    return BlockId.of("bucket", key, '"etag"', index)
-
-
-def content(block_id: BlockId, size: int | None = None) -> bytes:
-    """A block's bytes, derived from its id (any process derives the same). Self-contained:
-    the crash test runs its source in a child process."""
-    import random
-
-    rng = random.Random(block_id.hex)
-    if size is None:
-        size = 1 + rng.randrange(64 * 1024)
-    return rng.randbytes(size)
-
-
-def block(index: int) -> tuple[BlockId, bytes]:
-    block_id = bid(index)
-    return block_id, content(block_id, B)
 
 
 @pytest.fixture(params=["disk", "memory"])
@@ -311,68 +278,7 @@ def test_disk_usage_stays_within_capacity_plus_one_block(tmp_path: Path) -> None
         assert store.check() == []
 
 
-_WRITER_IMPORTS = """
-import random, sys
-from cachetier.blocks.ids import BlockId
-from cachetier.blocks.store import DiskBlockStore
-"""
-_WRITER = """
-store = DiskBlockStore(sys.argv[1], int(sys.argv[2]))
-ids = [BlockId.of("bucket", "k", '"etag"', i) for i in range(int(sys.argv[3]))]
-rng = random.Random()
-for n in range(10**9):
-    block_id = rng.choice(ids)
-    store.put(block_id, content(block_id))
-    store.get(rng.choice(ids))
-    if n == 0:
-        print("writing", flush=True)  # at least one block is in
-"""
-
-
-def test_a_writer_killed_mid_put_leaves_no_wrong_block(tmp_path: Path) -> None:
-    # ~40 blocks of up to 64 KiB in 1 MiB of block space: puts, replacements and evictions
-    # all run when the kill lands.
-    script = _WRITER_IMPORTS + textwrap.dedent(inspect.getsource(content)) + _WRITER
-    capacity, count = SIDE_FILES_RESERVE + MiB, 40
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    rng = random.Random()
-    for _ in range(3):
-        child = subprocess.Popen(
-            [sys.executable, "-c", script, str(tmp_path), str(capacity), str(count)],
-            stdout=subprocess.PIPE,
-            env=env,
-        )
-        assert child.stdout is not None
-        try:
-            assert child.stdout.readline() == b"writing\n"
-            try:
-                child.wait(timeout=rng.uniform(0.02, 0.3))
-            except subprocess.TimeoutExpired:
-                pass
-        finally:
-            child.send_signal(signal.SIGKILL)
-            assert child.wait(timeout=30) == -signal.SIGKILL
-            child.stdout.close()
-    with closing(DiskBlockStore(tmp_path, capacity)) as store:
-        # a SIGKILL leaves at most files no row names (and their directories); check() removes
-        # them, and evicts what a killed put left over capacity
-        repaired = store.check()
-        assert all(p.startswith(("unknown file", "empty directory")) for p in repaired), repaired
-        assert store.check() == []
-        ids = [bid(i) for i in range(count)]
-        assert any(i in store for i in ids)
-        assert all(store.get(i) in (None, content(i)) for i in ids)
-        assert store.corrupt == 0  # a SIGKILL never tears a block: the checksum is the backstop
-
-
 # ---------------------------------------------------------------- reads without SQL
-
-
-def block_rows(directory: Path) -> dict[str, tuple[float, float, int]]:
-    """key -> (store_time, access_time, access_count), read beside the store's own connection."""
-    with closing(sqlite3.connect(directory / "cache.db")) as con:
-        rows = con.execute("SELECT key, store_time, access_time, access_count FROM Cache").fetchall()
-    return {key: (stored, accessed, count) for key, stored, accessed, count in rows}
 
 
 def test_reads_run_no_sql(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -420,40 +326,6 @@ def test_reads_survive_a_restart(tmp_path: Path, eviction: str) -> None:
         for i in (0, 1):
             assert store.get(bid(i)) is not None
     assert not store._flusher.is_alive()  # close() flushed and stopped the flusher
-    with closing(DiskBlockStore(tmp_path, fits(3), eviction)) as store:
-        store.put(*block(3))
-        assert [i for i in range(4) if bid(i) in store] == [0, 1, 3]
-
-
-_READER = """
-store = DiskBlockStore(sys.argv[1], int(sys.argv[2]), sys.argv[3], flush_interval=0.02)
-ids = [BlockId.of("bucket", "k", '"etag"', i) for i in range(3)]
-for block_id in ids:
-    store.put(block_id, content(block_id, 1024 * 1024))
-assert store.get(ids[0]) is not None and store.get(ids[1]) is not None
-print("read", flush=True)
-time.sleep(60)
-"""
-
-
-@pytest.mark.parametrize("eviction", ["lru", "lfu"])
-def test_reads_are_flushed_in_the_background_and_survive_a_kill(tmp_path: Path, eviction: str) -> None:
-    script = _WRITER_IMPORTS + "import time\n" + textwrap.dedent(inspect.getsource(content)) + _READER
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", script, str(tmp_path), str(fits(3)), eviction], stdout=subprocess.PIPE, env=env
-    )
-    assert child.stdout is not None
-    try:
-        assert child.stdout.readline() == b"read\n"
-        deadline = time.monotonic() + 30
-        while sum(accessed > stored or count > 0 for stored, accessed, count in block_rows(tmp_path).values()) < 2:
-            assert time.monotonic() < deadline, "the reads were not flushed"
-            time.sleep(0.01)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
-        child.stdout.close()
     with closing(DiskBlockStore(tmp_path, fits(3), eviction)) as store:
         store.put(*block(3))
         assert [i for i in range(4) if bid(i) in store] == [0, 1, 3]

@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from doubles import CountingLake, memory_lake
-from test_readpath import BS, B, counts, drain, put, read, run, until
-from test_readpath_cluster import key_owned_by, nodes, settle
+from doubles import BS, B, CountingLake, counts, drain, key_owned_by, memory_lake, nodes, put, read, run, settle, until
 
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.store import DiskBlockStore, MemoryBlockStore

@@ -1,8 +1,8 @@
 """DirLake: the embedded lake answers as S3 would (errors, listing, multipart, ETags) and keeps
 its writes all-or-nothing. The tests about Lake semantics (those taking ``lakes``) run over
 DirLake and over its in-memory twin MemoryLake, which is also checked against the Lake protocol
-by exact signature; the rest are about DirLake's folder. Sync tests drive the async API with
-asyncio.run."""
+by exact signature; the rest are about DirLake's folder (a writer killed mid-write:
+tests/component/test_crash_kill.py). Sync tests drive the async API with asyncio.run."""
 
 from __future__ import annotations
 
@@ -12,10 +12,7 @@ import bisect
 import hashlib
 import inspect
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from doubles import Clock, leftovers, md5_etag
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -122,16 +120,8 @@ async def read(lake: Lake, key: str, bucket: str = B, **kw: Any) -> bytes:
         await stream.aclose()
 
 
-def md5_etag(data: bytes) -> str:
-    return f'"{hashlib.md5(data).hexdigest()}"'
-
-
 def b64md5(data: bytes) -> str:
     return base64.b64encode(hashlib.md5(data).digest()).decode()
-
-
-def leftovers(root: Path) -> list[str]:
-    return os.listdir(root / ".tmp")
 
 
 @pytest.fixture
@@ -743,6 +733,48 @@ def test_list_multipart_uploads(lakes: Opener) -> None:
     run(scenario, lakes)
 
 
+# -- the clock ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", LAKES)
+def test_last_modified_and_upload_times_come_from_the_lakes_clock(kind: str, root: Path) -> None:
+    clock = Clock()
+    lake: Lake = DirLake(root, clock=clock) if kind == "dir" else MemoryLake(clock=clock)
+
+    def at(seconds: int) -> datetime:
+        return datetime.fromtimestamp(seconds, UTC)
+
+    async def scenario() -> None:
+        await lake.create_bucket(B)
+        assert [b.created for b in await lake.list_buckets()] == [at(1000)]
+        clock.now = 2000.5
+        assert (await lake.put_object(B, "k", chunks(b"x"), 1, ObjectAttributes())).last_modified == at(2000)
+        clock.now = 3000.0
+        assert (await lake.copy_object(CopySource(B, "k"), B, "copy")).last_modified == at(3000)
+        clock.now = 4000.0
+        # a clock that stands still still gives one key's uploads ids in creation order
+        uids = [await lake.create_multipart_upload(B, "mp", ObjectAttributes()) for _ in range(3)]
+        uploads = (await lake.list_multipart_uploads(B, UploadsQuery())).uploads
+        assert [u.upload_id for u in uploads] == uids and {u.initiated for u in uploads} == {at(4000)}
+        clock.now = 5000.0
+        part = await lake.upload_part(B, "mp", uids[0], 1, chunks(b"part"), 4)
+        assert [p.last_modified for p in (await lake.list_parts(B, "mp", uids[0])).parts] == [at(5000)]
+        clock.now = 6000.0
+        completed = await lake.complete_multipart_upload(B, "mp", uids[0], [(1, part.etag)])
+        assert completed.last_modified == at(6000)
+        heads = [(await lake.head_object(B, key)).last_modified for key in ("copy", "k", "mp")]
+        listed = [entry.last_modified for entry in (await lake.list_objects(B, ListQuery())).entries]
+        assert heads == listed == [at(3000), at(2000), at(6000)]
+
+    async def main() -> None:
+        try:
+            await scenario()
+        finally:
+            await lake.aclose()
+
+    asyncio.run(main())
+
+
 # -- recovery ---------------------------------------------------------------------------------
 
 
@@ -757,48 +789,3 @@ def test_start_up_removes_crash_leftovers(root: Path) -> None:
     assert leftovers(root) == [] and not (fan / "deadbeef").exists()
     assert lake.check() == []
     assert run(lambda lake: read(lake, "k"), root) == b"kept"
-
-
-_WRITER = """
-import asyncio, sys
-from cachetier.lake.dirlake import DirLake
-from cachetier.lake import ObjectAttributes
-
-async def main():
-    lake = DirLake(sys.argv[1])
-    await lake.create_bucket("bkt")
-    for i in range(10**6):
-        data = str(i).encode() * 1_000_000
-        async def body():
-            yield data
-        await lake.put_object("bkt", f"k{i % 3}", body(), len(data), ObjectAttributes())
-        print(i, flush=True)
-
-asyncio.run(main())
-"""
-
-
-@pytest.mark.parametrize("delay", [0.0, 0.01, 0.02])
-def test_killed_writer_leaves_whole_objects(root: Path, delay: float) -> None:
-    """SIGKILL a process overwriting objects: the delays land the kill in various write steps."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(root)], stdout=subprocess.PIPE, cwd=Path(__file__).parents[2]
-    )
-    assert child.stdout is not None
-    for _ in range(5):  # several overwrites in
-        child.stdout.readline()
-    time.sleep(delay)
-    child.kill()
-    child.wait()
-    child.stdout.close()
-    lake = DirLake(root, stale_after=0)
-    assert lake.check() == [] and leftovers(root) == []
-
-    async def scenario(lake: DirLake) -> None:
-        entries = (await lake.list_objects(B, ListQuery())).entries
-        assert len(entries) == 3
-        for entry in entries:
-            assert md5_etag(await read(lake, entry.key)) == entry.etag
-        assert len(list((root / B / "data").glob("*/*"))) == 3  # unnamed files were removed
-
-    run(scenario, root)

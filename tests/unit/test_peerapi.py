@@ -1,6 +1,6 @@
 """The peer API (``gateway.peerapi.PeerAPI``) as an ASGI app, driven through httpx's
 ASGITransport, in front of a real ReadPath node over the in-memory lake (the cluster twin of
-test_readpath_cluster.py). Also the real ``PeerClient`` talking to it, so what the client signs
+tests/doubles.py). Also the real ``PeerClient`` talking to it, so what the client signs
 is checked against what the server receives; and ``PeerClient`` and its in-memory twin
 ``MemoryPeers`` conform to ``Peers`` by exact signature and pass one behaviour suite (the client
 over ASGITransport to the peer API, the twin calling the node's ``Owner`` directly)."""
@@ -18,9 +18,7 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx2
 import pytest
-from doubles import Clock, CountingLake, memory_lake
-from test_readpath import BS, B, put, run
-from test_readpath_cluster import Node, nodes
+from doubles import BS, B, Clock, CountingLake, Node, memory_lake, nodes, put, run
 
 from cachetier.cluster.node import Cluster
 from cachetier.errors import PreconditionFailed

@@ -1,20 +1,35 @@
 """The read path and write-through without a network: ReadPath and CachedLake over the in-memory
 lake (``MemoryLake``) or DirLake (every test that takes the ``lake`` fixture runs on both), with
 the in-memory block store, a wrapper that counts (and can hold) lake calls, and an injected clock
-(the last two from tests/doubles.py). Sync tests drive the async code with
-asyncio.run; the block size is 1 KiB, so objects of a few KiB cross many blocks.
+(the last two, and the helpers that put, read and wait, from tests/doubles.py). Sync tests drive
+the async code with asyncio.run; the block size is 1 KiB, so objects of a few KiB cross many blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from doubles import Clock, CountingLake, memory_lake
+from doubles import (
+    BS,
+    B,
+    TENANT,
+    Clock,
+    CountingLake,
+    _body,
+    block_range,
+    counts,
+    drain,
+    memory_lake,
+    put,
+    read,
+    run,
+    until,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,16 +41,11 @@ from cachetier.lake.conditions import Conditions
 from cachetier.context import RequestContext, current
 from cachetier.lake.dirlake import DirLake
 from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
-from cachetier.lake import Lake, ObjectAttributes, ObjectStream, WriteResult
+from cachetier.lake import Lake, ObjectAttributes
 from cachetier.lake.ranges import ByteRange
 from cachetier.lake.s3.headers import range_header
 from cachetier.read.config import ReadConfig
 from cachetier.read.path import ObjectChanged, ReadPath
-
-T = TypeVar("T")
-BS = 1024  # block size
-B = "bkt"
-TENANT = "t"
 
 
 # ---- lakes ------------------------------------------------------------------------------------
@@ -54,62 +64,6 @@ def _reads(lake: Any, *, ttl: float = 60.0, readahead: int = 2, clock: Callable[
            block_size: int = BS) -> ReadPath:
     config = ReadConfig(block_size=block_size, meta_ttl=ttl, readahead=readahead)
     return ReadPath(lake, MemoryBlockStore(1 << 30), CacheStats(), config, clock=clock or Clock())
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` as tenant TENANT's request."""
-
-    async def main() -> T:
-        current.set(RequestContext(TENANT))
-        return await coro
-
-    return asyncio.run(main())
-
-
-async def _body(data: bytes) -> AsyncIterator[bytes]:
-    for start in range(0, len(data), 700):
-        yield data[start : start + 700]
-
-
-async def put(lake: Any, key: str, data: bytes) -> str:
-    """Store ``data`` in the lake itself (behind the cache's back); its ETag."""
-    result: WriteResult = await lake.put_object(B, key, _body(data), len(data), ObjectAttributes())
-    return result.etag
-
-
-async def read(lake: Lake | ReadPath, key: str, rng: ByteRange | None = None) -> tuple[ObjectStream, bytes]:
-    """A whole GET through ``lake`` (a ReadPath or a CachedLake): the stream and its bytes."""
-    if isinstance(lake, ReadPath):
-        stream = await lake.open(B, key, rng, Conditions())
-    else:
-        stream = await lake.get_object(B, key, rng)
-    try:
-        body = b"".join([piece async for piece in stream.body])
-    finally:
-        await stream.aclose()
-    assert len(body) == stream.length
-    return stream, body
-
-
-async def drain(reads: ReadPath) -> None:
-    """Wait for the read path's background work (fetches, read-ahead, stores) to finish."""
-    while reads.background:
-        await asyncio.gather(*list(reads._tasks), return_exceptions=True)
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.001)
-
-
-def block_range(index: int, size: int) -> str:
-    return f"bytes={index * BS}-{min((index + 1) * BS, size) - 1}"
-
-
-def counts(reads: ReadPath) -> dict[str, int]:
-    return reads.stats.snapshot().get(TENANT, {})
 
 
 # ---- single flight -----------------------------------------------------------------------------

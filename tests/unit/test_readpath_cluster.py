@@ -2,141 +2,37 @@
 in-memory lake, each with its own L1 and L2 and a real ``Cluster`` and ``Membership``; the
 peer client is ``LoopbackPeers``, the checked twin ``MemoryPeers`` (which calls the owner node's
 ``Owner``, as the peer API does, and fails as PeerClient does: 412 -> PreconditionFailed, any other
-error -> PeerUnavailable), told to fail a node before its first byte or after some bytes.
-
-``Node`` and ``nodes`` also serve tests/unit/test_peerapi.py.
+error -> PeerUnavailable), told to fail a node before its first byte or after some bytes. The
+nodes and the twin are in tests/doubles.py ("cluster of in-process nodes").
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 
 import pytest
-from doubles import Clock, CountingLake, memory_lake
-from test_readpath import (
+from doubles import (
     BS,
     B,
+    CountingLake,
+    Fault,
     block_range,
+    key_owned_by,
+    memory_lake,
+    nodes,
     put,
     read,
     run,
+    settle,
     until,
 )
 
 from cachetier.blocks.ids import BlockId, block_count
-from cachetier.blocks.store import MemoryBlockStore
-from cachetier.telemetry.counters import CacheStats
-from cachetier.cluster.node import Cluster
 from cachetier.lake.conditions import Conditions
 from cachetier.errors import PreconditionFailed
-from cachetier.lake import ObjectInfo
-from cachetier.cluster.config import MembershipConfig
-from cachetier.cluster.membership import Membership
-from cachetier.cluster.client import PeerUnavailable
-from cachetier.cluster.memory import MemoryPeers
-from cachetier.cluster.owner import Owner
 from cachetier.lake.ranges import ByteRange
-from cachetier.read.config import ReadConfig
-from cachetier.read.path import ObjectChanged, ReadPath
-from cachetier.cluster.ring import Member
-
-PARTITIONS = 64
-
-
-# ---- the cluster twin (shared with test_peerapi.py) ---------------------------------------------
-
-
-@dataclass
-class Fault:
-    """How a node fails the blocks it serves: ``after`` bytes (0: before the first byte)."""
-
-    after: int = 0
-
-
-class LoopbackPeers(MemoryPeers):
-    """The checked twin of PeerClient (calling the owner node's ``Owner`` in-process), recording
-    the blocks asked for, and failing the nodes in ``faults`` as told."""
-
-    def __init__(self, me: Member, owners: Mapping[str, Owner]) -> None:
-        super().__init__(me, owners)
-        self.faults: dict[str, Fault] = {}
-        self.fetches: list[tuple[str, str, int]] = []  # (to node, key, index)
-
-    async def fetch_block(
-        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
-    ) -> AsyncIterator[bytes]:
-        self.fetches.append((member.id, info.key, index))
-        fault = self.faults.get(member.id)
-        if fault is not None and fault.after == 0:
-            raise PeerUnavailable(f"{member.id} is down")
-        pieces = super().fetch_block(member, info, index, block_size, tenant)
-        sent = 0
-        try:
-            async for piece in pieces:
-                if fault is not None and sent + len(piece) >= fault.after:
-                    yield piece[: fault.after - sent]
-                    raise PeerUnavailable(f"{member.id} went away after {fault.after} bytes")
-                sent += len(piece)
-                yield piece
-        finally:
-            await pieces.aclose()  # type: ignore[attr-defined]
-
-
-class Node:
-    """One cache node: L1, L2, membership, cluster and read path, over the shared ``lake``."""
-
-    def __init__(self, name: str, lake: object, owners: dict[str, Owner], clock: Clock, *,
-                 replicas: int, readahead: int) -> None:
-        self.member = Member(name, f"http://{name}:9000")
-        self.membership = Membership(self.member, MembershipConfig(PARTITIONS, replicas, failure_timeout=30.0),
-                                     clock=clock)
-        self.peers = LoopbackPeers(self.member, owners)
-        self.cluster = Cluster(self.membership, self.peers, seeds=[])
-        self.l1, self.l2 = MemoryBlockStore(1 << 30), MemoryBlockStore(1 << 30)
-        config = ReadConfig(block_size=BS, meta_ttl=60.0, readahead=readahead)
-        self.reads = ReadPath(lake, self.l1, CacheStats(), config,  # type: ignore[arg-type]
-                              clock=clock, l2=self.l2, cluster=self.cluster)
-        owners[self.member.url] = Owner(self.cluster, self.reads, dict)
-
-    def owns(self, key: str, index: int = 0) -> bool:
-        return self.cluster.owners(B, key, index)[0].id == self.member.id
-
-    def counts(self) -> dict[str, int]:
-        return {name: self.reads.stats.total(name) for name in ("hits", "l2_hits", "peer_fetches", "peer_hits",
-                                                                   "lake_gets", "misses", "coalesced")}
-
-
-def nodes(lake: object, count: int = 3, *, replicas: int = 1, readahead: int = 0) -> list[Node]:
-    """``count`` nodes that have all heard from each other (so they plan one ring)."""
-    clock = Clock()
-    registry: dict[str, Node] = {}
-    owners: dict[str, Owner] = {}
-    for i in range(count):
-        registry[f"n{i}"] = Node(f"n{i}", lake, owners, clock, replicas=replicas, readahead=readahead)
-    for node in registry.values():
-        for other in registry.values():
-            node.membership.heard_from(other.member)
-    assert len({node.membership.ring.version for node in registry.values()}) == 1
-    return list(registry.values())
-
-
-def key_owned_by(owner: Node, index: int = 0, *, second: Node | None = None, besides: str = "") -> str:
-    """A key whose block ``index`` ``owner`` owns (and, given ``second``, that node next)."""
-    for n in range(10_000):
-        key = f"obj-{n}"
-        owners = [m.id for m in owner.cluster.owners(B, key, index)]
-        if owners[0] == owner.member.id and (second is None or owners[1] == second.member.id) and key != besides:
-            return key
-    raise AssertionError("no such key")
-
-
-async def settle(cluster: Sequence[Node]) -> None:
-    """Wait for every node's background work (fetches, stores, drops), which may wait on another's."""
-    while tasks := [task for node in cluster for task in node.reads._tasks]:  # no public "idle" signal
-        await asyncio.gather(*tasks, return_exceptions=True)
+from cachetier.read.path import ObjectChanged
 
 
 def bid(info_etag: str, key: str, index: int = 0) -> BlockId:

@@ -5,8 +5,7 @@ never an error for the client. Each failure is counted (``l1_errors`` / ``l2_err
 logged once with the block's id.
 
 The stores are ``FailingStore`` (the in-memory twin, raising while told to) and the real
-``DiskBlockStore``; the read path, the lakes and the cluster twin are test_readpath's and
-test_readpath_cluster's.
+``DiskBlockStore``; the read path's helpers, the lakes and the cluster twin are tests/doubles.py's.
 """
 
 from __future__ import annotations
@@ -19,9 +18,23 @@ import shutil
 from pathlib import Path
 
 import pytest
-from doubles import CountingLake, memory_lake
-from test_readpath import B, BS, TENANT, _body, block_range, counts, put, read, run
-from test_readpath_cluster import Node, key_owned_by, nodes, settle
+from doubles import (
+    B,
+    BS,
+    TENANT,
+    CountingLake,
+    Node,
+    _body,
+    block_range,
+    counts,
+    key_owned_by,
+    memory_lake,
+    nodes,
+    put,
+    read,
+    run,
+    settle,
+)
 
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.store import BlockStore, DiskBlockStore, MemoryBlockStore

@@ -89,9 +89,15 @@ SELF_COPY_MESSAGE = (
 
 
 class DirLake(_MultipartUploads):
-    """The ``Lake`` over a local folder; see the module docstring for layout and guarantees."""
+    """The ``Lake`` over a local folder; see the module docstring for layout and guarantees.
+    ``clock`` gives Last-Modified, bucket and upload times and the stale-leftover cutoff (seconds
+    since the epoch)."""
 
-    def __init__(self, root: str | os.PathLike[str], *, stale_after: float = 3600.0) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, stale_after: float = 3600.0, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._clock = clock
+        self._last_upload_ns = 0
         self.root = Path(root)
         self._tmp = self.root / ".tmp"
         self._uploads = self.root / ".uploads"
@@ -99,6 +105,9 @@ class DirLake(_MultipartUploads):
         self._recover(stale_after)
 
     # -- plumbing -------------------------------------------------------------------------
+
+    def _now(self) -> int:
+        return int(self._clock())
 
     async def _index(self, bucket: str) -> _BucketIndex:
         idx = self._indexes.get(bucket)
@@ -120,7 +129,9 @@ class DirLake(_MultipartUploads):
         deleted buckets. Only leftovers older than ``stale_after`` go (see module docstring)."""
         for folder in (self.root, self._tmp, self._uploads):
             folder.mkdir(parents=True, exist_ok=True)
-        cutoff = time.time() - stale_after
+        # leftovers' mtimes are the file system's wall clock: the cutoff means what it says only
+        # for a clock that keeps to it
+        cutoff = self._clock() - stale_after
         for entry in os.scandir(self._tmp):
             with contextlib.suppress(FileNotFoundError):  # another instance's, just finished
                 if entry.stat(follow_symlinks=False).st_mtime >= cutoff:
@@ -248,7 +259,7 @@ class DirLake(_MultipartUploads):
         staging = self._tmp_path()
         (staging / "data").mkdir(parents=True)
         try:
-            meta = {"id": uuid.uuid4().hex, "created": int(time.time()), "location": location}
+            meta = {"id": uuid.uuid4().hex, "created": self._now(), "location": location}
             self._write_json(staging / _BUCKET_META, meta)
             idx = _BucketIndex(staging, meta)
             with idx.use():  # the index file exists before the bucket does
@@ -347,7 +358,7 @@ class DirLake(_MultipartUploads):
             raise EntityTooLarge()
         staged = await self._receive(body, length, expected)
         record = _Record(
-            key, "", staged.size, f'"{staged.md5.hex()}"', int(time.time()),
+            key, "", staged.size, f'"{staged.md5.hex()}"', self._now(),
             attrs.content_type or DEFAULT_CONTENT_TYPE, dict(attrs.metadata), _lower_keys(attrs.headers),
         )  # fmt: skip
         await self._io(self._commit, idx, staged.path, record)
@@ -371,7 +382,7 @@ class DirLake(_MultipartUploads):
             file.close()
         # The copy keeps the source's ETag as-is ("-N" for a multipart source, as S3 does) and
         # its checksums (the bytes are the same), whatever the metadata directive.
-        copy = dataclasses.replace(record, key=key, last_modified=int(time.time()))
+        copy = dataclasses.replace(record, key=key, last_modified=self._now())
         if attrs is not None:
             copy = dataclasses.replace(
                 copy,

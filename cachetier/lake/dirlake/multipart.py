@@ -9,7 +9,6 @@ import hashlib
 import os
 import re
 import shutil
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -76,12 +75,15 @@ def _choose_parts(requested: list[tuple[int, str]], stored: dict[int, dict[str, 
 
 
 class _MultipartUploads(_Staging):
-    """Mixed into DirLake, which provides ``_uploads`` (the .uploads folder), ``_index``,
-    ``_open_source`` and ``_commit``."""
+    """Mixed into DirLake, which provides ``_uploads`` (the .uploads folder), its ``_clock`` and
+    ``_now``, ``_index``, ``_open_source`` and ``_commit``."""
 
     _uploads: Path
+    _clock: Callable[[], float]
+    _last_upload_ns: int  # the newest upload id's time, so that ids increase whatever the clock
 
     if TYPE_CHECKING:  # what DirLake provides, declared for the type checker only
+        def _now(self) -> int: ...
         async def _index(self, bucket: str) -> _BucketIndex: ...
         def _commit(self, idx: _BucketIndex, staged: Path, record: _Record) -> None: ...
         async def _open_source(
@@ -119,8 +121,9 @@ class _MultipartUploads(_Staging):
     async def create_multipart_upload(self, bucket: str, key: str, attrs: ObjectAttributes) -> str:
         idx = await self._index(bucket)
         check_key(key)
-        now = time.time_ns()
-        # Ids start with their creation time in fixed-width hex, so id order is S3's listing
+        now = max(int(self._clock() * 1e9), self._last_upload_ns + 1)
+        self._last_upload_ns = now
+        # Ids start with their creation time in fixed-width hex (ns), so id order is S3's listing
         # order of uploads of one key (by initiation), and the random rest keeps them unguessable.
         upload_id = f"{now:016x}{uuid.uuid4().hex}"
         meta = {
@@ -168,7 +171,7 @@ class _MultipartUploads(_Staging):
         worst an unnamed file, which goes with the upload folder. Blocking."""
         name = f"{number:05d}.{uuid.uuid4().hex}.part"
         meta_path = folder / f"{number:05d}.json"
-        now = int(time.time())
+        now = self._now()
         etag = f'"{staged.md5.hex()}"'
         part = {"file": name, "size": staged.size, "etag": etag, "last_modified": now}
         try:
@@ -224,7 +227,7 @@ class _MultipartUploads(_Staging):
         digests = b"".join(bytes.fromhex(p["etag"].strip('"')) for p in chosen)
         etag = f'"{hashlib.md5(digests).hexdigest()}-{len(chosen)}"'
         record = _Record(
-            key, "", staged.size, etag, int(time.time()), meta["content_type"], meta["metadata"], meta["headers"]
+            key, "", staged.size, etag, self._now(), meta["content_type"], meta["metadata"], meta["headers"]
         )
         # Committed like a PUT; a crash before the upload is dropped leaves it listed, and
         # completing it again gives the same object.
