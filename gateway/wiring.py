@@ -178,7 +178,6 @@ async def running_node(
     settings: Settings, tenants: TenantDirectory, *, lake: Lake | None = None
 ) -> AsyncIterator[Node]:
     """The node, open for the block; everything it opened is closed on the way out."""
-    # Process-wide tuning that must precede the first request (malloc) belongs here.
     async with contextlib.AsyncExitStack() as stack:
         if lake is None:
             lake = await open_lake(stack, settings.lake)
