@@ -3,9 +3,10 @@ app, reached only through ``LakegateApp``'s routing, never through the S3 router
 HTTP plumbing only: a route table (method, path) -> (decode, handler) over the wire messages,
 whose handlers are ``cachetier.cluster.owner.Owner``'s.
 
-Every request must carry the cluster HMAC; anything else (no signature, a wrong one, a tenant's
-SigV4 ``Authorization``, a node without a cluster secret) is refused with 403 before any
-other work. Answers are JSON, except a block, which is its bytes.
+Every request must carry the cluster HMAC under a nonce not seen from its sender within the
+window; anything else (no signature, a wrong one, a replay, an old node's request without a
+nonce, a tenant's SigV4 ``Authorization``, a node without a cluster secret) is refused with 403
+before any other work. Answers are JSON, except a block, which is its bytes.
 """
 
 from __future__ import annotations
@@ -82,14 +83,16 @@ def routes(owner: Owner) -> dict[tuple[str, str], Route[Any]]:
 
 class PeerAPI:
     """The peer API of a node; without a secret, a cluster or a read path it refuses everything.
-    ``clock`` is the wall clock the requests' stamps are checked against."""
+    ``clock`` is the wall clock the requests' stamps are checked against; ``replays`` the memory
+    of the nonces accepted (one per app: every request of this node passes it)."""
 
     def __init__(
         self, secret: bytes, cluster: Cluster | None, reads: LocalReads | None, load: Callable[[], Mapping[str, float]],
-        *, clock: Callable[[], float] = time.time,
+        *, clock: Callable[[], float] = time.time, replays: wire.ReplayGuard | None = None,
     ) -> None:
         self.secret = secret
         self.clock = clock
+        self.replays = replays if replays is not None else wire.ReplayGuard()
         self.routes: dict[tuple[str, str], Route[Any]] = {}
         if secret and cluster is not None and reads is not None:
             self.routes = routes(Owner(cluster, reads, load))
@@ -120,7 +123,8 @@ class PeerAPI:
         body = await _read_body(receive)
         if not self.routes:
             raise _Refused(403, "this node is not in a cluster")
-        sender = wire.verify(self.secret, scope["method"], scope["path"], query, headers, body, self.clock())
+        sender = wire.verify(
+            self.secret, scope["method"], scope["path"], query, headers, body, self.clock(), self.replays)
         return Incoming(sender, query, headers, body)
 
 

@@ -73,7 +73,7 @@ def _tls_context(verify_tls: bool | str) -> ssl.SSLContext | None:
 
 class PeerClient:
     """``Peers`` over HTTP: the peer API, every request signed as node ``me`` at ``clock()``
-    (wall-clock seconds: receivers compare the stamp with their own time). ``transport``
+    (wall-clock seconds: receivers compare the stamp with their own time) under its own nonce. ``transport``
     replaces the lean HTTP transport (tests pass httpx's ASGITransport or MockTransport)."""
 
     def __init__(
@@ -98,8 +98,11 @@ class PeerClient:
             headers={"user-agent": "lakegate-peer"},
         )
 
-    def _headers(self, method: str, path: str, query: str = "", body: bytes = b"") -> dict[str, str]:
-        return wire.sign(self.secret, self.me.id, method, path, query, body, now=self.clock())
+    def _headers(
+        self, method: str, path: str, query: str = "", body: bytes = b"", headers: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """``headers`` and the signature over them (each request with a fresh nonce)."""
+        return wire.sign(self.secret, self.me.id, method, path, query, body, now=self.clock(), headers=headers)
 
     async def _post(self, url: str, path: str, body: bytes, timeout: float | None) -> bytes:
         """The answer's body to ``body`` POSTed to ``path`` at ``url``; any failure is PeerUnavailable."""
@@ -133,7 +136,7 @@ class PeerClient:
     ) -> AsyncIterator[bytes]:
         request = block_request(info, index, block_size, tenant)
         query = request.to_query()
-        headers = self._headers("GET", wire.BLOCK, query) | request.headers()
+        headers = self._headers("GET", wire.BLOCK, query, headers=request.headers())  # the tenant signed too
         try:
             async with self.client.stream("GET", f"{member.url}{wire.BLOCK}?{query}", headers=headers) as resp:
                 if resp.status_code == 412:

@@ -21,12 +21,31 @@ Fields a message does not know are ignored, not refused: a newer node may add so
 mixed-version nodes must still talk (the heartbeat answer's ``ring_version`` arrived that way).
 
 Every request carries an HMAC-SHA256, keyed by the cluster secret, over its method, path,
-query, body digest, sender id and time (``X-Lakegate-Node``, ``X-Lakegate-Time``,
-``X-Lakegate-Signature``). Receivers refuse a request whose signature does not match or whose
-time is more than ``MAX_SKEW`` seconds off, so a captured request replays for that long at
-most. Tenant credentials mean nothing here: a SigV4 ``Authorization`` header is not an HMAC of
-the cluster secret, so it is refused like any other wrong signature. Signing and verifying take
+query, body digest and every header the receiver acts on: the sender id, the time, a nonce and
+the tenant a block is fetched for (``X-Lakegate-Node``, ``X-Lakegate-Time``,
+``X-Lakegate-Nonce``, ``X-Lakegate-Tenant``; a header left out is signed as absent, so adding
+one is a change too). Receivers refuse a request whose signature does not match, whose time is
+more than ``MAX_SKEW`` seconds off, or whose nonce they have seen from that sender within the
+window (``ReplayGuard``): a captured request is refused on its first replay, however soon.
+Tenant credentials mean nothing here: a SigV4 ``Authorization`` header is not an HMAC of the
+cluster secret, so it is refused like any other wrong signature. Signing and verifying take
 ``now`` (wall-clock seconds) from the caller: the stamp is compared across nodes.
+
+This is a protocol change: a node from before the nonce sends none and signs neither nonce nor
+tenant, so its requests are refused (403) by newer nodes, and the newer nodes' by it (their
+signature covers more). Upgrade a cluster all at once, or expect the old and new halves not to
+see each other (block reads then go to the lake; nothing is served wrong).
+
+Several worker processes per node (issue 17): the replay memory is per process, so a replay
+that reaches another worker of the receiving node than the original would be accepted. The
+receiving node's workers must therefore share one memory: either the peer API is served by one
+worker only, or the guard moves to a store the workers share (shared memory, or the parent
+process). What is stored then wants to be small and fixed-size, which random nonces are not:
+senders would then send a sequence per (sender, worker), the sender id becoming ``node/worker``
+so each worker of the sender counts on its own without coordinating, and the receiver keeps per
+such id a high-water mark and a bitmap of the last few thousand numbers below it (the IPsec
+window); a worker's restart takes a fresh id (or a boot stamp in it), so numbers never repeat
+under one id.
 """
 
 from __future__ import annotations
@@ -34,7 +53,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import heapq
 import math
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Self
@@ -51,7 +72,13 @@ INVALIDATE = PREFIX + "invalidate"
 NODE_HEADER = "x-lakegate-node"
 TIME_HEADER = "x-lakegate-time"
 SIGNATURE_HEADER = "x-lakegate-signature"
-TENANT_HEADER = "x-lakegate-tenant"  # the tenant a block is fetched for (fairness, stats); unsigned
+NONCE_HEADER = "x-lakegate-nonce"
+TENANT_HEADER = "x-lakegate-tenant"  # the tenant a block is fetched for (fairness, stats)
+_AUTH_HEADERS = (NODE_HEADER, TIME_HEADER, NONCE_HEADER)  # what ``sign`` adds
+# the headers the signature covers, in the signed string's order: every one a receiver acts on
+SIGNED_HEADERS = (*_AUTH_HEADERS, TENANT_HEADER)
+_ABSENT = "\x00"  # how a signed header left out is signed: no HTTP header value holds a NUL
+_MAX_NONCE = 64
 
 MAX_SKEW = 60.0
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -69,42 +96,144 @@ class PeerAuthError(WireError):
 # ---- authentication ----------------------------------------------------------------------------
 
 
-def signature(secret: bytes, method: str, path: str, query: str, body_sha256: str, node: str, stamp: str) -> str:
-    message = "\n".join((method.upper(), path, query, body_sha256, node, stamp)).encode("utf-8", "surrogatepass")
+def signature(
+    secret: bytes, method: str, path: str, query: str, body_sha256: str, headers: Mapping[str, str]
+) -> str:
+    """The HMAC of one request: ``headers`` (lower-case names) give the ``SIGNED_HEADERS``."""
+    signed = (headers.get(name, _ABSENT) for name in SIGNED_HEADERS)
+    message = "\n".join((method.upper(), path, query, body_sha256, *signed)).encode("utf-8", "surrogatepass")
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
 def sign(
-    secret: bytes, node: str, method: str, path: str, query: str = "", body: bytes = b"", *, now: float
+    secret: bytes, node: str, method: str, path: str, query: str = "", body: bytes = b"", *, now: float,
+    headers: Mapping[str, str] | None = None, nonce: str | None = None,
 ) -> dict[str, str]:
-    """The headers that authenticate one peer request sent at ``now`` (wall-clock seconds)."""
-    stamp = f"{now:.3f}"
-    return {
-        NODE_HEADER: node,
-        TIME_HEADER: stamp,
-        SIGNATURE_HEADER: signature(secret, method, path, query, _digest(body), node, stamp),
-    }
+    """The headers to send with one peer request sent at ``now`` (wall-clock seconds): ``headers``
+    (the request's own, such as its tenant; only ``SIGNED_HEADERS``, so none goes unsigned) and
+    those that authenticate it, under a fresh random nonce unless ``nonce`` is given."""
+    extra = dict(headers or {})
+    unsigned = set(extra) - (set(SIGNED_HEADERS) - set(_AUTH_HEADERS))
+    if unsigned:
+        raise ValueError(f"headers the peer signature does not cover: {sorted(unsigned)}")
+    sent = extra | {NODE_HEADER: node, TIME_HEADER: f"{now:.3f}", NONCE_HEADER: nonce or secrets.token_hex(16)}
+    return sent | {SIGNATURE_HEADER: signature(secret, method, path, query, _digest(body), sent)}
 
 
 def verify(
-    secret: bytes, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes, now: float
+    secret: bytes, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes, now: float,
+    seen: ReplayGuard | None = None,
 ) -> str:
-    """The sending node's id, or PeerAuthError. ``headers`` have lower-case names."""
-    node, stamp, given = (headers.get(h, "") for h in (NODE_HEADER, TIME_HEADER, SIGNATURE_HEADER))
-    if not (node and stamp and given):
-        raise PeerAuthError("missing peer signature")
+    """The sending node's id, or PeerAuthError. ``headers`` have lower-case names. ``seen``
+    remembers the nonces accepted so far and refuses a second use of one; only a one-off check
+    (a test, a probe) may go without it."""
+    node, stamp, nonce, given = (headers.get(h, "") for h in (NODE_HEADER, TIME_HEADER, NONCE_HEADER, SIGNATURE_HEADER))
+    if not (node and stamp and nonce and given):
+        raise PeerAuthError("missing peer signature")  # an old node's request too: it sends no nonce
+    if len(nonce) > _MAX_NONCE:  # what the replay memory keeps stays small
+        raise PeerAuthError("peer nonce too long")
     try:
-        skew = abs(now - float(stamp))
+        sent_at = float(stamp)
     except ValueError:
         raise PeerAuthError("bad peer time") from None
-    if math.isnan(skew):  # a stamp of "nan" would pass any window
+    if not math.isfinite(sent_at):  # a stamp of "nan" would pass any window
         raise PeerAuthError("bad peer time")
-    expected = signature(secret, method, path, query, _digest(body), node, stamp)
+    expected = signature(secret, method, path, query, _digest(body), headers)
     if not hmac.compare_digest(expected, given):
         raise PeerAuthError("peer signature does not match")
-    if skew > MAX_SKEW:
+    if abs(now - sent_at) > MAX_SKEW:
         raise PeerAuthError("peer request time too far from ours")
+    if seen is not None:  # only once authenticated: no one without the secret adds to the memory
+        seen.check(node, nonce, sent_at, now)
     return node
+
+
+class ReplayGuard:
+    """The nonces each sender used within the window, so that each is accepted once.
+
+    A nonce is remembered until its stamp is more than ``MAX_SKEW`` old: from then on the time check
+    refuses its request anyway. That alone bounds the memory by the senders' rate, which only
+    holders of the cluster secret control (the guard is asked after the HMAC checks out); a hard
+    cap, ``max_nonces`` over all senders, bounds it whatever they send. Past the cap the oldest
+    nonce (by stamp) of the sender that holds the most is evicted, and that sender's *floor*
+    rises to its stamp: a request of that sender stamped at or below its floor is refused as too
+    old. So eviction never reopens a replay (an evicted nonce's request is below the floor), the
+    flooding sender pays for its own flood (others keep their memory and floors), and what it
+    costs is that this sender's requests delayed in flight behind a flood are refused, which
+    callers already handle (a refused block is read from the lake, a heartbeat goes again).
+    Refusing the new request instead would have refused the busiest peer's fresh traffic for
+    as long as the flood lasts. ``max_senders`` bounds the senders: a new one past it is
+    refused, since forgetting a sender would forget its floor.
+
+    Pure apart from its own memory: the time is the ``now`` given to ``check``. About 200 bytes
+    a nonce: the default cap is some 50 MB, room for 4,000 requests a second from all peers.
+    """
+
+    def __init__(self, *, max_nonces: int = 1 << 18, max_senders: int = 1024) -> None:
+        self.max_nonces = max_nonces
+        self.max_senders = max_senders
+        self._senders: dict[str, _SenderNonces] = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        """How many nonces are remembered."""
+        return self._count
+
+    def check(self, sender: str, nonce: str, sent_at: float, now: float) -> None:
+        """Accept ``sender``'s ``nonce`` stamped ``sent_at`` (and remember it), or PeerAuthError."""
+        self._expire(now)
+        nonces = self._senders.get(sender)
+        if nonces is None:
+            if len(self._senders) >= self.max_senders:
+                raise PeerAuthError("too many peers sending at once")
+            nonces = self._senders[sender] = _SenderNonces()
+        if sent_at <= nonces.floor:
+            raise PeerAuthError("peer request older than the replay memory")
+        if nonce in nonces.seen:
+            raise PeerAuthError("peer request replayed")
+        nonces.add(nonce, sent_at)
+        self._count += 1
+        if self._count > self.max_nonces:
+            max(self._senders.values(), key=len).evict_oldest()
+            self._count -= 1
+
+    def _expire(self, now: float) -> None:
+        # A receiver clock set back after expiry could accept a forgotten nonce's request again
+        # within the window; wall clocks here are NTP-slewed, and the window is the bound as before.
+        before = now - MAX_SKEW
+        for sender, nonces in list(self._senders.items()):
+            self._count -= nonces.expire(before)
+            if not nonces.seen and nonces.floor < before:  # nothing left it could refuse
+                del self._senders[sender]
+
+
+class _SenderNonces:
+    """One sender's remembered nonces, oldest stamp first, and its floor."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.by_stamp: list[tuple[float, str]] = []  # a heap: stamps do not arrive in order
+        self.floor = -math.inf
+
+    def __len__(self) -> int:
+        return len(self.seen)
+
+    def add(self, nonce: str, sent_at: float) -> None:
+        self.seen.add(nonce)
+        heapq.heappush(self.by_stamp, (sent_at, nonce))
+
+    def expire(self, before: float) -> int:
+        """Forget the nonces stamped before ``before``; how many went."""
+        gone = 0
+        while self.by_stamp and self.by_stamp[0][0] < before:
+            self.seen.discard(heapq.heappop(self.by_stamp)[1])
+            gone += 1
+        return gone
+
+    def evict_oldest(self) -> None:
+        sent_at, nonce = heapq.heappop(self.by_stamp)
+        self.seen.discard(nonce)
+        self.floor = max(self.floor, sent_at)
 
 
 def _digest(body: bytes) -> str:

@@ -165,6 +165,48 @@ def test_a_bad_heartbeat_is_400(lake: CountingLake, doc: dict[str, object]) -> N
     run(main())
 
 
+async def post_signed(app: Any, name: str, body: bytes, headers: Mapping[str, str]) -> int:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://n0:9000") as client:
+        return (await client.post(PREFIX + name, content=body, headers=dict(headers))).status_code
+
+
+def test_a_replayed_heartbeat_is_refused(lake: CountingLake) -> None:
+    """A captured heartbeat sent again, well within the time window, is 403: it cannot keep a
+    killed node in the ring. The same heartbeat signed afresh (a new nonce) is accepted."""
+    (node,) = nodes(lake, 1)
+    clock = Clock()
+    app = PeerAPI(SECRET, node.cluster, node.reads, lambda: LOAD, clock=clock)
+    body = json.dumps({"id": "n9", "url": "http://n9:9000"}).encode()
+
+    async def main() -> None:
+        captured = sign(SECRET, "n9", "POST", PREFIX + "heartbeat", "", body, now=clock.now)
+        assert await post_signed(app, "heartbeat", body, captured) == 200
+        assert [m.id for m in node.membership.known()] == ["n9"]
+        clock.now += 1
+        assert await post_signed(app, "heartbeat", body, captured) == 403
+        assert len(app.replays) == 1
+        fresh = sign(SECRET, "n9", "POST", PREFIX + "heartbeat", "", body, now=clock.now)
+        assert await post_signed(app, "heartbeat", body, fresh) == 200
+
+    run(main())
+
+
+def test_a_block_request_with_its_tenant_changed_is_refused(lake: CountingLake) -> None:
+    """The tenant header is signed: a captured block request cannot be charged to another tenant."""
+    (node,) = nodes(lake, 1)
+
+    async def main() -> None:
+        await put(lake, "k", os.urandom(BS))
+        info = await lake.head_object(B, "k")
+        query = block_query(info, 0)
+        signed = sign(SECRET, "n9", "GET", PREFIX + "block", query, now=time.time(), headers={"x-lakegate-tenant": "a"})
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=peer_api(node)), base_url="http://n0") as c:
+            resp = await c.get(PREFIX + "block?" + query, headers=signed | {"x-lakegate-tenant": "b"})
+        assert resp.status_code == 403 and lake.gets == []
+
+    run(main())
+
+
 # ---- invalidate --------------------------------------------------------------------------------
 
 

@@ -1,6 +1,6 @@
 """The peer wire protocol (``cachetier.cluster.wire``): every message survives its own encoding
 (hypothesis draws them), what is malformed is one ``WireError`` whatever is wrong with it, and the
-HMAC refuses what was changed, forged, stale or replayed outside the window, at the ``now`` given."""
+HMAC refuses what was changed, forged, stale or replayed, at the ``now`` given."""
 
 from __future__ import annotations
 
@@ -193,8 +193,10 @@ def test_a_block_answer_without_a_length_is_a_wire_error(headers: dict[str, str]
 PATH, BODY = wire.HEARTBEAT, json.dumps(HEARTBEAT).encode()
 
 
-def _verify(headers: dict[str, str], now: float = NOW, secret: bytes = SECRET) -> str:
-    return wire.verify(secret, "POST", PATH, "", headers, BODY, now)
+def _verify(
+    headers: dict[str, str], now: float = NOW, secret: bytes = SECRET, seen: wire.ReplayGuard | None = None
+) -> str:
+    return wire.verify(secret, "POST", PATH, "", headers, BODY, now, seen)
 
 
 def test_signing_uses_the_now_it_is_given() -> None:
@@ -211,8 +213,11 @@ def test_signing_uses_the_now_it_is_given() -> None:
         lambda h: h | {wire.TIME_HEADER: "nan"},
         lambda h: h | {wire.TIME_HEADER: "soon"},
         lambda h: _without(h, wire.SIGNATURE_HEADER),
+        lambda h: h | {wire.NONCE_HEADER: "0" * 32},
+        lambda h: h | {wire.TENANT_HEADER: "alice"},
     ],
-    ids=["zeros", "upper-case", "other-node", "other-time", "nan", "not-a-time", "unsigned"],
+    ids=["zeros", "upper-case", "other-node", "other-time", "nan", "not-a-time", "unsigned", "other-nonce",
+         "added-tenant"],
 )
 def test_a_forged_signature_is_refused(forge: Callable[[dict[str, str]], dict[str, str]]) -> None:
     with pytest.raises(wire.PeerAuthError):
@@ -228,8 +233,8 @@ def test_a_stamp_of_nan_is_refused_even_when_signed() -> None:
     """Only a holder of the secret could sign one, but no window may be skipped."""
     headers = wire.sign(SECRET, "n2", "POST", PATH, "", BODY, now=NOW)
     stamp = "nan"
-    headers |= {wire.TIME_HEADER: stamp, wire.SIGNATURE_HEADER: wire.signature(
-        SECRET, "POST", PATH, "", hashlib.sha256(BODY).hexdigest(), "n2", stamp)}
+    headers[wire.TIME_HEADER] = stamp
+    headers[wire.SIGNATURE_HEADER] = wire.signature(SECRET, "POST", PATH, "", hashlib.sha256(BODY).hexdigest(), headers)
     with pytest.raises(wire.PeerAuthError, match="time"):
         _verify(headers)
 
@@ -240,13 +245,122 @@ def test_a_stale_or_early_request_is_refused(sent_at: float) -> None:
         _verify(wire.sign(SECRET, "n2", "POST", PATH, "", BODY, now=sent_at))
 
 
-def test_a_replay_is_refused_once_outside_the_window() -> None:
-    """The same signed request again: accepted within MAX_SKEW of its stamp (the protocol keeps
-    no nonces), refused after."""
+def test_a_replay_is_refused_within_the_window_and_after_it() -> None:
+    """The same signed request again: refused by the nonce memory within MAX_SKEW of its stamp,
+    by the time check after it (when the memory has forgotten it)."""
+    seen = wire.ReplayGuard()
     headers = wire.sign(SECRET, "n2", "POST", PATH, "", BODY, now=NOW)
-    assert _verify(dict(headers), now=NOW + wire.MAX_SKEW - 0.5) == "n2"
+    assert _verify(dict(headers), now=NOW + 1, seen=seen) == "n2"
+    for now in (NOW + 1, NOW + 2, NOW + wire.MAX_SKEW - 0.5):
+        with pytest.raises(wire.PeerAuthError, match="replayed"):
+            _verify(dict(headers), now=now, seen=seen)
     with pytest.raises(wire.PeerAuthError, match="time"):
-        _verify(dict(headers), now=NOW + wire.MAX_SKEW + 0.5)
+        _verify(dict(headers), now=NOW + wire.MAX_SKEW + 0.5, seen=seen)
+    later = wire.sign(SECRET, "n2", "POST", PATH, "", BODY, now=NOW + wire.MAX_SKEW + 0.5)
+    assert _verify(later, now=NOW + wire.MAX_SKEW + 0.5, seen=seen) == "n2"
+    assert len(seen) == 1  # the first nonce forgotten: the time check refuses its request alone
+
+
+def test_a_fresh_request_is_accepted_alongside_a_refused_replay() -> None:
+    """Each request the client signs has its own nonce: the same message again, signed again, is
+    not a replay; nor is another sender's use of the same nonce."""
+    seen = wire.ReplayGuard()
+    first = wire.sign(SECRET, "n2", "POST", PATH, "", BODY, now=NOW)
+    again = wire.sign(SECRET, "n2", "POST", PATH, "", BODY, now=NOW)
+    assert first[wire.NONCE_HEADER] != again[wire.NONCE_HEADER]
+    assert _verify(first, seen=seen) == "n2" and _verify(again, seen=seen) == "n2"
+    with pytest.raises(wire.PeerAuthError, match="replayed"):
+        _verify(first, seen=seen)
+    other = wire.sign(SECRET, "n3", "POST", PATH, "", BODY, now=NOW, nonce=first[wire.NONCE_HEADER])
+    assert _verify(other, seen=seen) == "n3"
+
+
+def test_a_refused_signature_adds_nothing_to_the_memory() -> None:
+    seen = wire.ReplayGuard()
+    forged = wire.sign(b"another secret", "n2", "POST", PATH, "", BODY, now=NOW)
+    with pytest.raises(wire.PeerAuthError, match="match"):
+        _verify(forged, seen=seen)
+    assert len(seen) == 0
+
+
+def test_the_tenant_header_is_signed() -> None:
+    """The tenant a block is fetched for is signed: changed, added or dropped, it is refused."""
+    query = wire.BlockRequest("b", "k", '"e"', 10, 1, 4, "alice").to_query()
+    headers = wire.sign(SECRET, "n2", "GET", wire.BLOCK, query, now=NOW, headers={wire.TENANT_HEADER: "alice"})
+    assert headers[wire.TENANT_HEADER] == "alice"
+    assert wire.verify(SECRET, "GET", wire.BLOCK, query, headers, b"", NOW) == "n2"
+    untenanted = wire.sign(SECRET, "n2", "GET", wire.BLOCK, query, now=NOW)
+    for forged in (headers | {wire.TENANT_HEADER: "bob"}, _without(headers, wire.TENANT_HEADER),
+                   untenanted | {wire.TENANT_HEADER: "alice"}, untenanted | {wire.TENANT_HEADER: ""}):
+        with pytest.raises(wire.PeerAuthError, match="match"):
+            wire.verify(SECRET, "GET", wire.BLOCK, query, forged, b"", NOW)
+
+
+def test_only_signed_headers_can_be_sent_signed() -> None:
+    with pytest.raises(ValueError, match="does not cover"):
+        wire.sign(SECRET, "n2", "GET", wire.BLOCK, now=NOW, headers={"x-lakegate-priority": "high"})
+
+
+@pytest.mark.parametrize("nonce", ["", "n" * 65])
+def test_a_missing_or_oversized_nonce_is_refused(nonce: str) -> None:
+    """An old node's request has no nonce (and its signature covers neither nonce nor tenant)."""
+    headers = wire.sign(SECRET, "n2", "POST", PATH, "", BODY, now=NOW, nonce=nonce or None)
+    headers = headers | {wire.NONCE_HEADER: nonce} if nonce else _without(headers, wire.NONCE_HEADER)
+    with pytest.raises(wire.PeerAuthError, match="missing|too long"):
+        _verify(headers)
+
+
+def test_the_nonce_memory_forgets_after_max_skew() -> None:
+    """The guard on a fake clock: a nonce is kept while its stamp is within MAX_SKEW of now, and
+    forgotten after, when the time check refuses its request anyway; an idle sender goes too."""
+    seen = wire.ReplayGuard()
+    seen.check("n2", "a", NOW, now=NOW)
+    seen.check("n2", "b", NOW + 10, now=NOW + 10)
+    with pytest.raises(wire.PeerAuthError, match="replayed"):
+        seen.check("n2", "a", NOW, now=NOW + wire.MAX_SKEW)
+    seen.check("n3", "c", NOW + wire.MAX_SKEW + 1, now=NOW + wire.MAX_SKEW + 1)
+    assert len(seen) == 2  # "a" went
+    seen.check("n3", "d", NOW + wire.MAX_SKEW + 20, now=NOW + wire.MAX_SKEW + 20)
+    assert len(seen) == 2 and list(seen._senders) == ["n3"]  # "b" went, and with it n2
+
+
+def test_the_nonce_memory_is_bounded_under_a_flood_and_never_reopens_a_replay() -> None:
+    """Distinct valid requests past the cap evict the flooding sender's oldest nonces and raise
+    its floor: the memory stays at the cap, the evicted nonces' requests are still refused (as too
+    old), the sender's fresh requests and the other senders' memory are untouched."""
+    seen = wire.ReplayGuard(max_nonces=100)
+    seen.check("quiet", "q", NOW, now=NOW)
+    for i in range(10_000):
+        seen.check("loud", f"n{i}", NOW + i / 1000, now=NOW + i / 1000)
+        assert len(seen) <= 100
+    now = NOW + 10
+    with pytest.raises(wire.PeerAuthError, match="older"):
+        seen.check("loud", "n0", NOW, now=now)  # evicted, within the window: refused all the same
+    with pytest.raises(wire.PeerAuthError, match="replayed"):
+        seen.check("loud", "n9999", NOW + 9.999, now=now)
+    with pytest.raises(wire.PeerAuthError, match="replayed"):
+        seen.check("quiet", "q", NOW, now=now)  # the quiet sender kept its memory
+    seen.check("loud", "fresh", now, now=now)
+    seen.check("quiet", "q2", NOW + 5, now=now)  # and its floor: a slow request of its own passes
+    assert len(seen) == 100
+
+
+def test_the_senders_are_bounded_too() -> None:
+    seen = wire.ReplayGuard(max_senders=2)
+    seen.check("n1", "a", NOW, now=NOW)
+    seen.check("n2", "a", NOW, now=NOW)
+    with pytest.raises(wire.PeerAuthError, match="too many"):
+        seen.check("n3", "a", NOW, now=NOW)
+    seen.check("n3", "a", NOW + wire.MAX_SKEW + 1, now=NOW + wire.MAX_SKEW + 1)  # once the others expired
+
+
+def test_an_evicted_senders_floor_outlives_its_last_nonce() -> None:
+    """A sender whose only nonce was evicted keeps its floor until the window passes it."""
+    seen = wire.ReplayGuard(max_nonces=1)
+    seen.check("n1", "a", NOW, now=NOW)
+    seen.check("n2", "b", NOW + 1, now=NOW + 1)  # past the cap: n1's "a" evicted (ties: the first)
+    with pytest.raises(wire.PeerAuthError, match="older|replayed"):
+        seen.check("n1", "a", NOW, now=NOW + 2)
 
 
 def test_every_wire_error_is_one_type() -> None:
