@@ -2,7 +2,8 @@
 peers without a network. It calls the other nodes' ``Owner`` (the same code the peer API runs)
 directly, passing every message and answer through its wire encoding, and fails as the client
 does: a node that is down, unknown or refusing is ``PeerUnavailable``; an object changed in the
-lake is ``PreconditionFailed``. It does no HMAC: authentication is the peer API's, tested there.
+lake is ``PreconditionFailed``. It does no HMAC and keeps no nonces: authentication and replay protection are the peer API's,
+tested there.
 """
 
 from __future__ import annotations

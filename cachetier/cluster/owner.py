@@ -7,6 +7,10 @@ here; the in-memory twin (``cachetier.cluster.memory``) calls it directly.
 - ``block``: one block from this node's L2 (or L1), else fetched once from the lake and kept in
   L2 (``ReadPath.serve_block``); never from another peer, so a block is one hop from its owner.
 
+Everything the owner acts on, the message and the sender's id and the block's tenant with it,
+was covered by the sender's HMAC and its nonce seen once (``cachetier.cluster.wire``), checked by
+the peer API before it calls here.
+
 Errors are typed, and the peer API gives each its status: ``WrongBlockSize`` (409),
 ``PreconditionFailed`` / ``NoSuchKey`` (412: the object is not the version asked for) and any
 other ``S3Error`` (503: the lake failed).
