@@ -9,7 +9,8 @@ Layout under ``root``::
         <nnnnn>.<nonce>.part  part n's bytes
     <bucket>/
         bucket.json           {id, created, location}
-        index.sqlite3         key -> data file, size, etag, last_modified, attributes (WAL mode)
+        index.sqlite3         key -> data file, size, etag, last_modified, attributes (WAL mode);
+                              a multipart object's part sizes are among its attributes
         data/<xx>/<name>      object bytes; <name> is a fresh uuid4 hex per write, <xx> its start
 
 Keys never become paths. S3 lets "a", "a/" and "a/b" coexist and "../x" or "/abs" are legal
@@ -64,14 +65,16 @@ from cachetier.lake.dirlake.index import (
     _put, _Record, _scan, _utc, _without_checksums, check_key, valid_bucket_name,
 )  # fmt: skip
 from cachetier.lake.dirlake.listing import list_objects_page
-from cachetier.lake.dirlake.multipart import MAX_LISTED_PARTS, MAX_PART_NUMBER, MIN_PART_SIZE, _MultipartUploads
+from cachetier.lake.dirlake.multipart import (
+    MAX_LISTED_PARTS, MAX_PART_NUMBER, MIN_PART_SIZE, _MultipartUploads, part_of,
+)  # fmt: skip
 from cachetier.errors import (
     BucketNotEmpty, EntityTooLarge, InvalidBucketName, InvalidRequest, NoSuchBucket, NoSuchKey,
     S3Error,
 )  # fmt: skip
 from cachetier.lake import (
     Body, BucketInfo, CopySource, DeleteOutcome, ListEntry, ListPage, ListQuery, ObjectAttributes, ObjectInfo,
-    ObjectStream, WriteResult,
+    ObjectPart, ObjectStream, WriteResult,
 )  # fmt: skip
 from cachetier.lake.ranges import ByteRange
 
@@ -309,7 +312,7 @@ class DirLake(_MultipartUploads):
 
         return await self._io(list_objects_page, scan, query)
 
-    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
+    async def _record(self, bucket: str, key: str) -> _Record:
         idx = await self._index(bucket)
         check_key(key)
 
@@ -320,7 +323,14 @@ class DirLake(_MultipartUploads):
         record = await self._io(lookup)
         if record is None:
             raise NoSuchKey(resource=key)
-        return record.info(bucket)
+        return record
+
+    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
+        return (await self._record(bucket, key)).info(bucket)
+
+    async def object_part(self, bucket: str, key: str, part_number: int) -> ObjectPart:
+        record = await self._record(bucket, key)
+        return part_of(record.info(bucket), record.parts, part_number)
 
     async def get_object(
         self,
