@@ -684,18 +684,21 @@ def test_object_parts_are_where_the_completed_upload_put_them(lakes: Opener) -> 
             await lake.object_part(B, "missing", 1)
         await lake.copy_object(CopySource(B, "mp"), B, "mp-copy")  # keeps the "-3" ETag, so its parts
         assert (await lake.object_part(B, "mp-copy", 3)).first == first2 + MIN_PART_SIZE
+        assert not isinstance(lake, DirLake) or lake.check() == []
 
     run(upload, lakes)
     run(parts, lakes)
 
 
-def test_an_object_stored_before_part_sizes_were_recorded_is_a_single_part(root: Path) -> None:
-    async def upload(lake: Lake) -> None:
-        uid = await lake.create_multipart_upload(B, "mp", ObjectAttributes())
-        r = await lake.upload_part(B, "mp", uid, 1, chunks(b"abc"), 3)
-        await lake.complete_multipart_upload(B, "mp", uid, [(1, r.etag)])
+async def one_part_upload(lake: Lake) -> None:
+    """Object "mp": a multipart upload of one 3-byte part, completed."""
+    uid = await lake.create_multipart_upload(B, "mp", ObjectAttributes())
+    r = await lake.upload_part(B, "mp", uid, 1, chunks(b"abc"), 3)
+    await lake.complete_multipart_upload(B, "mp", uid, [(1, r.etag)])
 
-    run(upload, root)
+
+def test_an_object_stored_before_part_sizes_were_recorded_is_a_single_part(root: Path) -> None:
+    run(one_part_upload, root)
     with sqlite3.connect(root / B / "index.sqlite3") as db:  # the row as an older DirLake wrote it
         (attrs,) = db.execute("SELECT attrs FROM objects WHERE key = 'mp'").fetchone()
         old = json.loads(attrs)
@@ -708,6 +711,20 @@ def test_an_object_stored_before_part_sizes_were_recorded_is_a_single_part(root:
         assert isinstance(lake, DirLake) and lake.check() == []
 
     run(parts, root)
+
+
+def test_check_finds_part_sizes_that_do_not_add_up(root: Path) -> None:
+    run(one_part_upload, root)
+    with sqlite3.connect(root / B / "index.sqlite3") as db:
+        (attrs,) = db.execute("SELECT attrs FROM objects WHERE key = 'mp'").fetchone()
+        db.execute("UPDATE objects SET attrs = ? WHERE key = 'mp'", (json.dumps(json.loads(attrs) | {"parts": [2]}),))
+
+    async def check(lake: Lake) -> list[str]:
+        await lake.head_object(B, "mp")  # opens the bucket's index
+        assert isinstance(lake, DirLake)
+        return lake.check()
+
+    assert run(check, root) == [f"{B}/mp: part sizes add up to 2, not 3"]
 
 
 def test_multipart_completion_errors(lakes: Opener) -> None:

@@ -3,13 +3,16 @@ reads it as a range GET, so a part's blocks are the blocks of that range, cached
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import pytest
 from doubles import B, BS, Clock, CountingLake, read, run
 
 from cachetier.blocks.store import MemoryBlockStore
 from cachetier.cachedlake import CachedLake
-from cachetier.lake import ObjectAttributes
+from cachetier.errors import ServiceUnavailable
+from cachetier.lake import ObjectAttributes, ObjectPart
 from cachetier.lake.dirlake import MIN_PART_SIZE
 from cachetier.lake.memory import MemoryLake
 from cachetier.lake.ranges import ByteRange
@@ -57,5 +60,50 @@ def test_a_part_read_shares_its_blocks_with_range_reads() -> None:
         assert (response.status, body, lake.gets) == (206, TAIL, fetched)  # no lake GET: all cached
         assert response.headers["content-range"] == f"bytes {MIN_PART_SIZE}-{total - 1}/{total}"
         assert response.headers["x-amz-mp-parts-count"] == "2"
+
+    run(main())
+
+
+class StalePartLake(CachedLake):
+    """Answers where a part lies from an older version of the object ``stale`` times: as if it
+    was overwritten between the part's lookup and its read."""
+
+    def __init__(self, lake: Any, reads: ReadPath, stale: int) -> None:
+        super().__init__(lake, reads)
+        self.stale = stale
+
+    async def object_part(self, bucket: str, key: str, part_number: int) -> ObjectPart:
+        part = await super().object_part(bucket, key, part_number)
+        if self.stale > 0:
+            self.stale -= 1
+            return dataclasses.replace(part, info=dataclasses.replace(part.info, etag='"older-2"'))
+        return part
+
+
+def _stale_lake(stale: int) -> Any:
+    async def build() -> StalePartLake:
+        inner = MemoryLake(buckets=[B])
+        await _upload(inner)
+        reads = ReadPath(inner, MemoryBlockStore(1 << 30), CacheStats(), ReadConfig(block_size=BS), clock=Clock())
+        return StalePartLake(inner, reads, stale)
+
+    return build()
+
+
+def test_a_part_of_an_object_overwritten_meanwhile_is_looked_up_again() -> None:
+    async def main() -> None:
+        lake = await _stale_lake(stale=2)
+        response = await get_object(Call(lake, _part_request(2), None, None))  # type: ignore[arg-type]
+        assert response.stream is not None
+        assert b"".join([piece async for piece in response.stream.body]) == TAIL and lake.stale == 0
+
+    run(main())
+
+
+def test_an_object_that_keeps_changing_under_a_part_read_is_unavailable() -> None:
+    async def main() -> None:
+        lake = await _stale_lake(stale=10)
+        with pytest.raises(ServiceUnavailable):
+            await get_object(Call(lake, _part_request(2), None, None))  # type: ignore[arg-type]
 
     run(main())

@@ -161,16 +161,19 @@ class DirLake(_MultipartUploads):
 
     def check(self) -> list[str]:
         """Consistency problems (empty when sound): rows whose data file is missing or has
-        another size than the row says. Blocking; for tests and operators."""
+        another size than the row says, or whose part sizes do not add up to it. Blocking; for
+        tests and operators."""
         problems = []
         for idx in [i for i in self._indexes.values() if not i.closed]:
             with idx.use() as db:
-                rows = db.execute("SELECT key, file, size FROM objects").fetchall()
+                records = [_Record.from_row(row) for row in db.execute("SELECT * FROM objects")]
                 idx.release()
-            for key, file, size in rows:
-                path = idx.data_path(file)
-                if not path.is_file() or path.stat().st_size != size:
-                    problems.append(f"{idx.folder.name}/{key}: data file {file} missing or wrong size")
+            for record in records:
+                path, name = idx.data_path(record.file), f"{idx.folder.name}/{record.key}"
+                if not path.is_file() or path.stat().st_size != record.size:
+                    problems.append(f"{name}: data file {record.file} missing or wrong size")
+                if record.parts and sum(record.parts) != record.size:
+                    problems.append(f"{name}: part sizes add up to {sum(record.parts)}, not {record.size}")
         return problems
 
     # -- committing and opening objects ------------------------------------------------
