@@ -2,9 +2,11 @@
 
 GET and HEAD with ``?partNumber=N`` answer part N of a multipart object as S3 does: 206 with the
 part's Content-Range and ``x-amz-mp-parts-count``; part 1 of an object not uploaded in parts is
-the whole object (206 with Content-Range, no parts count, as AWS documents; Ceph RGW releases
-that implement partNumber answer alike, those before it ignore the parameter and send 200).
-The part is read as a range GET, so its blocks are the cache's blocks of that range.
+the whole object (206 with Content-Range, no parts count), following AWS. What Ceph RGW answers
+is not verified here: releases before it implemented partNumber on GET/HEAD ignore it and send
+the whole object with 200 (S3Lake copes, see lake/s3/headers.py object_part). An empty object
+has no range to send: its part 1 is answered 200. The part is read as a range GET, so its
+blocks are the cache's blocks of that range.
 """
 
 from __future__ import annotations
