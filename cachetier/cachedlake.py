@@ -30,6 +30,7 @@ from cachetier.lake import (
     ListQuery,
     ObjectAttributes,
     ObjectInfo,
+    ObjectPart,
     ObjectStream,
     PartsPage,
     UploadsPage,
@@ -64,6 +65,11 @@ class CachedLake:
 
     async def head_object(self, bucket: str, key: str) -> ObjectInfo:
         return await self.reads.head(bucket, key)
+
+    async def object_part(self, bucket: str, key: str, part_number: int) -> ObjectPart:
+        # Where the part lies comes from the lake each time (one HEAD for S3Lake); its bytes
+        # are then read as a range through the cache (see gateway/s3/handlers/obj.py).
+        return await self.lake.object_part(bucket, key, part_number)
 
     async def get_object(
         self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()

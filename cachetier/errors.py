@@ -164,6 +164,11 @@ class EntityTooLarge(S3Error):
     message = "Your proposed upload exceeds the maximum allowed object size."
 
 
+class InvalidPartNumber(S3Error):
+    status = 416
+    message = "The requested partnumber is not satisfiable"
+
+
 class InvalidPart(S3Error):
     status = 400
     message = "One or more of the specified parts could not be found."

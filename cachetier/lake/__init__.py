@@ -63,6 +63,24 @@ class ObjectInfo:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ObjectPart:
+    """Where part ``number`` of the object ``info`` describes lies: its bytes ``first`` to
+    ``last``, inclusive (``last`` is -1 for the one part of an empty object). ``parts_count`` is
+    None for an object not uploaded in parts, which S3 answers as a single part."""
+
+    info: ObjectInfo
+    number: int
+    first: int
+    last: int
+    parts_count: int | None
+
+    @property
+    def range(self) -> ByteRange | None:
+        """The part as a range GET of the object (None: empty, nothing to range over)."""
+        return ByteRange(first=self.first, last=self.last) if self.last >= self.first else None
+
+
 @dataclass
 class ObjectStream:
     """An open GET: the object's metadata, the inclusive byte range served (None = whole
@@ -236,6 +254,11 @@ class Lake(Protocol):
     async def list_objects(self, bucket: str, query: ListQuery) -> ListPage: ...
 
     async def head_object(self, bucket: str, key: str) -> ObjectInfo: ...
+
+    async def object_part(self, bucket: str, key: str, part_number: int) -> ObjectPart:
+        """Where part ``part_number`` (1..10000) of the object lies, as HEAD ?partNumber= tells.
+        Raises NoSuchKey, InvalidPartNumber (416) past the object's part count."""
+        ...
 
     async def get_object(
         self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()

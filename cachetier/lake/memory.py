@@ -30,7 +30,7 @@ from cachetier.errors import (
 )  # fmt: skip
 from cachetier.lake import (
     Body, BucketInfo, CopySource, DeleteOutcome, ListEntry, ListPage, ListQuery, ObjectAttributes, ObjectInfo,
-    ObjectStream, PartInfo, PartsPage, UploadInfo, UploadsPage, UploadsQuery, WriteResult,
+    ObjectPart, ObjectStream, PartInfo, PartsPage, UploadInfo, UploadsPage, UploadsQuery, WriteResult,
 )  # fmt: skip
 from cachetier.lake.conditions import Conditions
 from cachetier.lake.dirlake import SELF_COPY_MESSAGE
@@ -39,7 +39,7 @@ from cachetier.lake.dirlake.index import (
     DEFAULT_CONTENT_TYPE, _checksums, _lower_keys, _utc, _without_checksums, check_key, valid_bucket_name,
 )  # fmt: skip
 from cachetier.lake.dirlake.listing import list_objects_page, list_uploads_page
-from cachetier.lake.dirlake.multipart import MAX_LISTED_PARTS, _check_part_number, _choose_parts
+from cachetier.lake.dirlake.multipart import MAX_LISTED_PARTS, _check_part_number, _choose_parts, part_of
 from cachetier.lake.ranges import ByteRange
 
 CHUNK = 1 << 20
@@ -55,6 +55,7 @@ class _Object:
     content_type: str = DEFAULT_CONTENT_TYPE
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    parts: tuple[int, ...] = ()  # part sizes of a multipart object, as DirLake's index row
 
     def info(self, bucket: str, key: str) -> ObjectInfo:
         return ObjectInfo(
@@ -207,6 +208,10 @@ class MemoryLake:
     async def head_object(self, bucket: str, key: str) -> ObjectInfo:
         return self._object(bucket, key).info(bucket, key)
 
+    async def object_part(self, bucket: str, key: str, part_number: int) -> ObjectPart:
+        obj = self._object(bucket, key)
+        return part_of(obj.info(bucket, key), obj.parts, part_number)
+
     async def get_object(
         self,
         bucket: str,
@@ -334,7 +339,7 @@ class MemoryLake:
         digests = b"".join(bytes.fromhex(p["etag"].strip('"')) for p in chosen)
         obj = _Object(
             b"".join(p["data"] for p in chosen), f'"{hashlib.md5(digests).hexdigest()}-{len(chosen)}"',
-            self._now(), upload.content_type, upload.metadata, upload.headers,
+            self._now(), upload.content_type, upload.metadata, upload.headers, tuple(p["size"] for p in chosen),
         )  # fmt: skip
         found.store(key, obj)
         del found.uploads[upload_id]

@@ -11,7 +11,9 @@ import base64
 import bisect
 import hashlib
 import inspect
+import json
 import os
+import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from cachetier.errors import (
     InvalidBucketName,
     InvalidDigest,
     InvalidPart,
+    InvalidPartNumber,
     InvalidPartOrder,
     InvalidRange,
     InvalidRequest,
@@ -644,6 +647,84 @@ def test_multipart_upload_round_trip(lakes: Opener) -> None:
     run(scenario, lakes)
     if lakes.on_disk:  # DirLake's folder holds only what it should
         assert os.listdir(lakes.root / ".uploads") == [] and leftovers(lakes.root) == []
+
+
+def test_object_parts_are_where_the_completed_upload_put_them(lakes: Opener) -> None:
+    sizes = (MIN_PART_SIZE + 3, MIN_PART_SIZE, 7)  # all different, the last one small
+
+    async def upload(lake: Lake) -> None:
+        uid = await lake.create_multipart_upload(B, "mp", ObjectAttributes())
+        done = []
+        for number, size in enumerate(sizes, 1):
+            r = await lake.upload_part(B, "mp", uid, number, chunks(b"p" * size), size)
+            done.append((number, r.etag))
+        await lake.complete_multipart_upload(B, "mp", uid, done)
+        await put(lake, "single", b"0123456789")
+        await put(lake, "empty", b"")
+
+    async def parts(lake: Lake) -> None:  # after a restart, for DirLake
+        spans = [await lake.object_part(B, "mp", n) for n in (1, 2, 3)]
+        first2 = MIN_PART_SIZE + 3
+        assert [(p.number, p.first, p.last, p.parts_count) for p in spans] == [
+            (1, 0, first2 - 1, 3), (2, first2, first2 + MIN_PART_SIZE - 1, 3),
+            (3, first2 + MIN_PART_SIZE, sum(sizes) - 1, 3),
+        ]  # fmt: skip
+        assert spans[0].info == await lake.head_object(B, "mp")
+        for bad, error in ((4, InvalidPartNumber), (0, InvalidArgument), (10001, InvalidArgument)):
+            with pytest.raises(error):
+                await lake.object_part(B, "mp", bad)
+        single = await lake.object_part(B, "single", 1)  # not uploaded in parts: one part, the whole
+        assert (single.first, single.last, single.parts_count) == (0, 9, None)
+        assert single.range is not None and single.range.resolve(10) == (0, 9)
+        empty = await lake.object_part(B, "empty", 1)
+        assert (empty.first, empty.last, empty.range) == (0, -1, None)
+        with pytest.raises(InvalidPartNumber):
+            await lake.object_part(B, "single", 2)
+        with pytest.raises(NoSuchKey):
+            await lake.object_part(B, "missing", 1)
+        await lake.copy_object(CopySource(B, "mp"), B, "mp-copy")  # keeps the "-3" ETag, so its parts
+        assert (await lake.object_part(B, "mp-copy", 3)).first == first2 + MIN_PART_SIZE
+        assert not isinstance(lake, DirLake) or lake.check() == []
+
+    run(upload, lakes)
+    run(parts, lakes)
+
+
+async def one_part_upload(lake: Lake) -> None:
+    """Object "mp": a multipart upload of one 3-byte part, completed."""
+    uid = await lake.create_multipart_upload(B, "mp", ObjectAttributes())
+    r = await lake.upload_part(B, "mp", uid, 1, chunks(b"abc"), 3)
+    await lake.complete_multipart_upload(B, "mp", uid, [(1, r.etag)])
+
+
+def test_an_object_stored_before_part_sizes_were_recorded_is_a_single_part(root: Path) -> None:
+    run(one_part_upload, root)
+    with sqlite3.connect(root / B / "index.sqlite3") as db:  # the row as an older DirLake wrote it
+        (attrs,) = db.execute("SELECT attrs FROM objects WHERE key = 'mp'").fetchone()
+        old = json.loads(attrs)
+        assert old.pop("parts") == [3]
+        db.execute("UPDATE objects SET attrs = ? WHERE key = 'mp'", (json.dumps(old),))
+
+    async def parts(lake: Lake) -> None:
+        part = await lake.object_part(B, "mp", 1)
+        assert (part.first, part.last, part.parts_count) == (0, 2, None)
+        assert isinstance(lake, DirLake) and lake.check() == []
+
+    run(parts, root)
+
+
+def test_check_finds_part_sizes_that_do_not_add_up(root: Path) -> None:
+    run(one_part_upload, root)
+    with sqlite3.connect(root / B / "index.sqlite3") as db:
+        (attrs,) = db.execute("SELECT attrs FROM objects WHERE key = 'mp'").fetchone()
+        db.execute("UPDATE objects SET attrs = ? WHERE key = 'mp'", (json.dumps(json.loads(attrs) | {"parts": [2]}),))
+
+    async def check(lake: Lake) -> list[str]:
+        await lake.head_object(B, "mp")  # opens the bucket's index
+        assert isinstance(lake, DirLake)
+        return lake.check()
+
+    assert run(check, root) == [f"{B}/mp: part sizes add up to 2, not 3"]
 
 
 def test_multipart_completion_errors(lakes: Opener) -> None:

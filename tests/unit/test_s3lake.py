@@ -19,7 +19,7 @@ import pytest
 
 from cachetier import errors
 from cachetier.lake.conditions import Conditions
-from cachetier.lake import CopySource, Lake, ListQuery, ObjectAttributes, UploadsQuery
+from cachetier.lake import CopySource, Lake, ListQuery, ObjectAttributes, ObjectPart, UploadsQuery
 from cachetier.lake.ranges import ByteRange
 from cachetier.lake.s3.client import S3Lake
 from cachetier.lake.s3.config import S3LakeConfig
@@ -675,3 +675,49 @@ def test_malformed_answer_is_service_unavailable() -> None:
 
     with pytest.raises(errors.ServiceUnavailable):
         run(using(make_lake(handler), lambda lake: lake.list_buckets()))
+
+
+def test_object_part_asks_head_with_part_number_and_reads_the_part_range() -> None:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        verify_sigv4(request)
+        assert request.method == "HEAD" and request.url.path == "/bkt/k"
+        assert dict(request.url.params) == {"partNumber": "2"}
+        headers = {
+            "etag": '"abc-3"', "last-modified": LAST_MODIFIED, "content-length": "5242880",
+            "content-range": "bytes 5242883-10485762/10485770", "x-amz-mp-parts-count": "3",
+        }  # fmt: skip
+        return httpx2.Response(206, headers=headers)
+
+    part = run(using(make_lake(handler), lambda lake: lake.object_part("bkt", "k", 2)))
+    assert (part.number, part.first, part.last, part.parts_count) == (2, 5242883, 10485762, 3)
+    assert (part.info.size, part.info.etag) == (10485770, '"abc-3"')  # the object's, not the part's
+    assert part.range == ByteRange(first=5242883, last=10485762)
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "number", "expected"),
+    [
+        # part 1 of an object not uploaded in parts: the whole object, no parts count (AWS)
+        (206, {"content-range": "bytes 0-9/10", "content-length": "10"}, 1, (0, 9, None)),
+        # a lake that ignores partNumber (older Ceph RGW) answers 200 with the whole object
+        (200, {"content-length": "10"}, 1, (0, 9, None)),
+        (200, {"content-length": "10"}, 2, errors.InvalidPartNumber),
+        (200, {"content-length": "10", "etag": '"abc-2"'}, 1, errors.Unimplemented),
+        (416, {}, 4, errors.InvalidPartNumber),  # past the count; a HEAD's 416 has no code
+        (404, {}, 1, errors.NoSuchKey),
+        (206, {"content-range": "bytes 0-9/10", "x-amz-mp-parts-count": "x"}, 1, errors.ServiceUnavailable),
+    ],
+)
+def test_object_part_answers(status: int, headers: dict[str, str], number: int, expected: Any) -> None:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(status, headers={"etag": ETAG, "last-modified": LAST_MODIFIED, **headers})
+
+    def ask(lake: S3Lake) -> Awaitable[ObjectPart]:
+        return lake.object_part("bkt", "k", number)
+
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            run(using(make_lake(handler), ask))
+        return
+    part = run(using(make_lake(handler), ask))
+    assert (part.first, part.last, part.parts_count) == expected

@@ -9,7 +9,8 @@ Layout under ``root``::
         <nnnnn>.<nonce>.part  part n's bytes
     <bucket>/
         bucket.json           {id, created, location}
-        index.sqlite3         key -> data file, size, etag, last_modified, attributes (WAL mode)
+        index.sqlite3         key -> data file, size, etag, last_modified, attributes (WAL mode);
+                              a multipart object's part sizes are among its attributes
         data/<xx>/<name>      object bytes; <name> is a fresh uuid4 hex per write, <xx> its start
 
 Keys never become paths. S3 lets "a", "a/" and "a/b" coexist and "../x" or "/abs" are legal
@@ -64,14 +65,16 @@ from cachetier.lake.dirlake.index import (
     _put, _Record, _scan, _utc, _without_checksums, check_key, valid_bucket_name,
 )  # fmt: skip
 from cachetier.lake.dirlake.listing import list_objects_page
-from cachetier.lake.dirlake.multipart import MAX_LISTED_PARTS, MAX_PART_NUMBER, MIN_PART_SIZE, _MultipartUploads
+from cachetier.lake.dirlake.multipart import (
+    MAX_LISTED_PARTS, MAX_PART_NUMBER, MIN_PART_SIZE, _MultipartUploads, part_of,
+)  # fmt: skip
 from cachetier.errors import (
     BucketNotEmpty, EntityTooLarge, InvalidBucketName, InvalidRequest, NoSuchBucket, NoSuchKey,
     S3Error,
 )  # fmt: skip
 from cachetier.lake import (
     Body, BucketInfo, CopySource, DeleteOutcome, ListEntry, ListPage, ListQuery, ObjectAttributes, ObjectInfo,
-    ObjectStream, WriteResult,
+    ObjectPart, ObjectStream, WriteResult,
 )  # fmt: skip
 from cachetier.lake.ranges import ByteRange
 
@@ -158,16 +161,19 @@ class DirLake(_MultipartUploads):
 
     def check(self) -> list[str]:
         """Consistency problems (empty when sound): rows whose data file is missing or has
-        another size than the row says. Blocking; for tests and operators."""
+        another size than the row says, or whose part sizes do not add up to it. Blocking; for
+        tests and operators."""
         problems = []
         for idx in [i for i in self._indexes.values() if not i.closed]:
             with idx.use() as db:
-                rows = db.execute("SELECT key, file, size FROM objects").fetchall()
+                records = [_Record.from_row(row) for row in db.execute("SELECT * FROM objects")]
                 idx.release()
-            for key, file, size in rows:
-                path = idx.data_path(file)
-                if not path.is_file() or path.stat().st_size != size:
-                    problems.append(f"{idx.folder.name}/{key}: data file {file} missing or wrong size")
+            for record in records:
+                path, name = idx.data_path(record.file), f"{idx.folder.name}/{record.key}"
+                if not path.is_file() or path.stat().st_size != record.size:
+                    problems.append(f"{name}: data file {record.file} missing or wrong size")
+                if record.parts and sum(record.parts) != record.size:
+                    problems.append(f"{name}: part sizes add up to {sum(record.parts)}, not {record.size}")
         return problems
 
     # -- committing and opening objects ------------------------------------------------
@@ -309,7 +315,7 @@ class DirLake(_MultipartUploads):
 
         return await self._io(list_objects_page, scan, query)
 
-    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
+    async def _record(self, bucket: str, key: str) -> _Record:
         idx = await self._index(bucket)
         check_key(key)
 
@@ -320,7 +326,14 @@ class DirLake(_MultipartUploads):
         record = await self._io(lookup)
         if record is None:
             raise NoSuchKey(resource=key)
-        return record.info(bucket)
+        return record
+
+    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
+        return (await self._record(bucket, key)).info(bucket)
+
+    async def object_part(self, bucket: str, key: str, part_number: int) -> ObjectPart:
+        record = await self._record(bucket, key)
+        return part_of(record.info(bucket), record.parts, part_number)
 
     async def get_object(
         self,

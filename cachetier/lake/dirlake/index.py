@@ -77,6 +77,7 @@ class _Record:
     content_type: str = DEFAULT_CONTENT_TYPE
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    parts: tuple[int, ...] = ()  # part sizes of a multipart object; () for one PUT in one piece
 
     def info(self, bucket: str) -> ObjectInfo:
         return ObjectInfo(
@@ -85,14 +86,18 @@ class _Record:
         )  # fmt: skip
 
     def row(self) -> tuple[Any, ...]:
-        attrs = {"content_type": self.content_type, "metadata": self.metadata, "headers": self.headers}
+        attrs: dict[str, Any] = {"content_type": self.content_type, "metadata": self.metadata, "headers": self.headers}
+        if self.parts:
+            attrs["parts"] = list(self.parts)
         return (self.key, self.file, self.size, self.etag, self.last_modified, json.dumps(attrs))
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> _Record:
         key, file, size, etag, last_modified, attrs = row
         a = json.loads(attrs)
-        return cls(key, file, size, etag, last_modified, a["content_type"], a["metadata"], a["headers"])
+        # a row written before DirLake recorded part sizes has none: a single-part object
+        parts = tuple(a.get("parts", ()))
+        return cls(key, file, size, etag, last_modified, a["content_type"], a["metadata"], a["headers"], parts)
 
 
 class _BucketIndex:

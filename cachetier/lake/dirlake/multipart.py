@@ -10,7 +10,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -26,6 +26,7 @@ from cachetier.errors import (
     EntityTooSmall,
     InvalidArgument,
     InvalidPart,
+    InvalidPartNumber,
     InvalidPartOrder,
     MalformedXML,
     NoSuchUpload,
@@ -34,6 +35,8 @@ from cachetier.lake import (
     Body,
     CopySource,
     ObjectAttributes,
+    ObjectInfo,
+    ObjectPart,
     PartInfo,
     PartsPage,
     UploadInfo,
@@ -54,6 +57,20 @@ _UPLOAD_META = "upload.json"
 def _check_part_number(number: int) -> None:
     if not 1 <= number <= MAX_PART_NUMBER:
         raise InvalidArgument("Part number must be an integer between 1 and 10000, inclusive")
+
+
+def part_of(info: ObjectInfo, part_sizes: Sequence[int], number: int) -> ObjectPart:
+    """Part ``number`` of an object whose parts had ``part_sizes`` (empty: not uploaded in parts,
+    a single part, as S3 answers; so is an object DirLake stored before it recorded parts)."""
+    _check_part_number(number)
+    if not part_sizes:
+        if number != 1:
+            raise InvalidPartNumber()
+        return ObjectPart(info, 1, 0, info.size - 1, None)
+    if number > len(part_sizes):
+        raise InvalidPartNumber()
+    first = sum(part_sizes[: number - 1])
+    return ObjectPart(info, number, first, first + part_sizes[number - 1] - 1, len(part_sizes))
 
 
 def _choose_parts(requested: list[tuple[int, str]], stored: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -227,9 +244,10 @@ class _MultipartUploads(_Staging):
         digests = b"".join(bytes.fromhex(p["etag"].strip('"')) for p in chosen)
         etag = f'"{hashlib.md5(digests).hexdigest()}-{len(chosen)}"'
         record = _Record(
-            key, "", staged.size, etag, self._now(), meta["content_type"], meta["metadata"], meta["headers"]
-        )
-        # Committed like a PUT; a crash before the upload is dropped leaves it listed, and
+            key, "", staged.size, etag, self._now(), meta["content_type"], meta["metadata"], meta["headers"],
+            parts=tuple(p["size"] for p in chosen),
+        )  # fmt: skip
+        # The part sizes are in the index row, so they commit with the object. Committed like a PUT; a crash before the upload is dropped leaves it listed, and
         # completing it again gives the same object.
         await self._io(self._commit, idx, staged.path, record)
         await self._io(self._drop_upload, folder)

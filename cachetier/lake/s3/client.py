@@ -42,6 +42,7 @@ from cachetier.lake.s3.headers import (
     int_header,
     lake_conditions,
     object_info,
+    object_part,
     parse_content_range,
     range_header,
     response_headers,
@@ -51,6 +52,7 @@ from cachetier.lake.s3.headers import (
 from cachetier.errors import (
     IncompleteBody,
     InvalidArgument,
+    InvalidPartNumber,
     InvalidRange,
     NoSuchKey,
     NoSuchUpload,
@@ -72,6 +74,7 @@ from cachetier.lake import (
     ListQuery,
     ObjectAttributes,
     ObjectInfo,
+    ObjectPart,
     ObjectStream,
     PartsPage,
     UploadsPage,
@@ -160,6 +163,14 @@ class S3Lake:
         response = await self._request("HEAD", bucket, key, headers=CHECKSUM_MODE)
         headers = response_headers(response)
         return object_info(bucket, key, headers, int_header(headers, "content-length"))
+
+    async def object_part(self, bucket: str, key: str, part_number: int) -> ObjectPart:
+        query = {"partNumber": str(part_number)}
+        try:
+            response = await self._request("HEAD", bucket, key, query=query)
+        except InvalidRange:  # a HEAD's 416 has no body to name InvalidPartNumber
+            raise InvalidPartNumber() from None
+        return object_part(bucket, key, part_number, response.status_code, response_headers(response))
 
     async def get_object(
         self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()
