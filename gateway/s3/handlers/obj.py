@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cachetier.errors import InvalidArgument, InvalidRequest, Unimplemented
 from gateway.s3 import xml
-from gateway.s3.handlers.common import Call, attributes, check_key, copy_source, object_headers
+from gateway.s3.handlers.common import Call, attributes, check_key, check_overrides, copy_source, object_headers
 from gateway.s3.headers import byte_range, conditions
 from gateway.s3.response import Response
 
@@ -16,6 +16,7 @@ def _no_part_number(call: Call) -> None:
 
 async def head_object(call: Call) -> Response:
     _no_part_number(call)
+    check_overrides(call)
     info = await call.lake.head_object(call.bucket, call.key)
     conditions(call.req.headers).check(info.etag, info.last_modified)
     rng = byte_range(call.req.headers.get("range"))
@@ -28,6 +29,7 @@ async def head_object(call: Call) -> Response:
 
 async def get_object(call: Call) -> Response:
     _no_part_number(call)
+    check_overrides(call)
     rng = byte_range(call.req.headers.get("range"))
     stream = await call.lake.get_object(call.bucket, call.key, rng, conditions(call.req.headers))
     stream = await stream.started()  # the head goes out with the first bytes
