@@ -47,7 +47,7 @@ def http_date(value: str | None) -> datetime | None:
         return None
     try:
         return parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # a year past C's long: OverflowError
         return None
 
 

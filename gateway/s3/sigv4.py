@@ -260,7 +260,7 @@ def _header_time(headers: dict[str, str]) -> str:
     if amz_date is None and "date" in headers:
         try:
             parsed = parsedate_to_datetime(headers["date"])
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # a year past C's long: OverflowError
             parsed = None
         if parsed is not None and parsed.tzinfo is not None:
             return parsed.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -132,7 +132,31 @@ def test_boto3_streaming_uploads_still_work(s3: Any) -> None:
     assert s3.get_object(Bucket=PRIVATE, Key="streamed")["Body"].read() == b"x" * 100_000
 
 
+@pytest.mark.parametrize("header", ["x-amz-decoded-content-length", "x-amz-trailer"])
+def test_streaming_framing_headers_must_be_signed(bridge: AsgiBridge, header: str) -> None:
+    raw = chunked(b"abc")
+    request = signed("PUT", f"/{PRIVATE}/framed", {"Content-Encoding": "aws-chunked"}, raw,
+                     payload_hash="STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+    request.headers[header] = "3" if header == "x-amz-decoded-content-length" else "x-amz-checksum-crc32"
+    status, body, _ = answer(bridge, request)
+    assert status == 403 and b"<Code>AccessDenied</Code>" in body
+
+
 # ---- item 5: numbers and echoed text parsed strictly ----
+
+
+@pytest.mark.parametrize("header", ["If-Modified-Since", "If-Unmodified-Since"])
+def test_a_conditional_date_with_a_huge_year_is_ignored(bridge: AsgiBridge, header: str) -> None:
+    request = signed("GET", f"/{PUBLIC}/page", {header: "Mon, 01 Jan 99999999999999999999999 00:00:00 GMT"})
+    assert answer(bridge, request)[:2] == (200, b"<b>old</b>")
+
+
+def test_a_date_header_with_a_huge_year_is_access_denied_without_credentials_checked(bridge: AsgiBridge) -> None:
+    request = signed("GET", f"/{PUBLIC}/page", {})
+    del request.headers["X-Amz-Date"]
+    request.headers["Date"] = "Mon, 01 Jan 99999999999999999999999 00:00:00 GMT"
+    status, body, _ = answer(bridge, request)
+    assert status == 403 and b"<Code>AccessDenied</Code>" in body
 
 
 @pytest.mark.parametrize("expires", ["%C2%B2", "%D9%A1", "%2B60", "%2060", "1_000", "9" * 40, "-1"])

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cachetier.errors import InvalidArgument
+from cachetier.errors import AccessDenied, InvalidArgument
 from gateway.s3 import numbers
 from gateway.s3.errors import AuthorizationQueryParametersError
-from gateway.s3.headers import byte_range
+from gateway.s3.headers import byte_range, http_date
 from gateway.s3.sigv4 import SignedRequest, authenticate
 
 NOT_NUMBERS = ["", "+1", "-1", " 1", "1 ", "1_000", "١", "²", "０", "0x1", "1.0", "1e3", "9" * 20, "9" * 5000]
@@ -84,3 +84,22 @@ def test_presigned_date_is_ascii_digits() -> None:
     arabic = "%D9%A2%D9%A0%D9%A2%D9%A6%D9%A0%D9%A1%D9%A0%D9%A1T%D9%A0%D9%A0%D9%A0%D9%A0%D9%A0%D9%A0Z"
     with pytest.raises(AuthorizationQueryParametersError):
         authenticate(_presigned("60", arabic), lambda _: "secret", datetime(2026, 1, 1, tzinfo=UTC))
+
+
+@pytest.mark.parametrize("value", ["Mon, 01 Jan 99999999999999999999999 00:00:00 GMT",
+                                   "Mon, 99999999999999999999 Jan 2026 00:00:00 GMT",
+                                   "Mon, 01 Jan 2026 00:00:00 +99999999999999999999"])
+def test_an_http_date_with_a_huge_number_reads_as_absent(value: str) -> None:
+    assert http_date(value) is None
+
+
+def test_a_date_header_with_a_huge_year_is_access_denied_not_a_crash() -> None:
+    headers = [
+        ("host", "localhost"),
+        ("date", "Mon, 01 Jan 99999999999999999999999 00:00:00 GMT"),
+        ("x-amz-content-sha256", "UNSIGNED-PAYLOAD"),
+        ("authorization", "AWS4-HMAC-SHA256 Credential=AK/20260101/us-east-1/s3/aws4_request, "
+                          f"SignedHeaders=host, Signature={'0' * 64}"),
+    ]
+    with pytest.raises(AccessDenied):
+        authenticate(SignedRequest("GET", b"/b/k", b"", headers), lambda _: "secret", datetime(2026, 1, 1, tzinfo=UTC))
