@@ -203,7 +203,8 @@ def test_complete_with_a_part_number_not_in_ascii_digits_is_malformed_xml(
 ) -> None:
     upload = s3.create_multipart_upload(Bucket=PRIVATE, Key="mp")["UploadId"]
     etag = s3.upload_part(Bucket=PRIVATE, Key="mp", UploadId=upload, PartNumber=1, Body=b"x")["ETag"]
-    doc = f"<CompleteMultipartUpload><Part><PartNumber>{number}</PartNumber><ETag>{etag}</ETag></Part></CompleteMultipartUpload>"
+    part = f"<Part><PartNumber>{number}</PartNumber><ETag>{etag}</ETag></Part>"
+    doc = f"<CompleteMultipartUpload>{part}</CompleteMultipartUpload>"
     status, body, _ = answer(bridge, signed("POST", f"/{PRIVATE}/mp?uploadId={upload}", {}, doc.encode()))
     assert status == 400 and b"<Code>MalformedXML</Code>" in body
     s3.abort_multipart_upload(Bucket=PRIVATE, Key="mp", UploadId=upload)
