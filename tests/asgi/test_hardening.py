@@ -290,3 +290,19 @@ def test_anonymous_requests_beyond_reading_a_public_bucket_are_access_denied(
     status, body, _ = answer(bridge, unsigned(method, path))
     assert status == 403 and b"<Code>AccessDenied</Code>" in body
     assert s3.get_object(Bucket=PUBLIC, Key="page")["Body"].read() == b"<b>old</b>"
+
+
+HOSTILE = ["%2B1", "%201", "1_0", "%D9%A1", "%C2%B2", "%EF%BC%91", "9" * 30, "9" * 5000, "-0", "0x1", "%00", "%0D%0A"]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+@pytest.mark.parametrize("template", [
+    "GET /{b}?max-keys={v}", "GET /{b}?list-type=2&max-keys={v}", "GET /{b}?uploads&max-uploads={v}",
+    "GET /{b}/k?uploadId={v}", "GET /{b}/k?uploadId=u&max-parts={v}", "GET /{b}/k?uploadId=u&part-number-marker={v}",
+    "PUT /{b}/k?uploadId=u&partNumber={v}", "GET /{b}/page?response-expires={v}",
+    "DELETE /{b}/k?uploadId={v}",
+])  # fmt: skip
+def test_no_hostile_number_in_a_query_is_a_5xx(bridge: AsgiBridge, template: str, value: str) -> None:
+    method, path = template.format(b=PUBLIC, v=value).split(" ")
+    status, body, _ = answer(bridge, signed(method, path, {}, b"x" if method == "PUT" else b""))
+    assert 200 <= status < 500, body
