@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 
 from cachetier.errors import EntityTooLarge, IncompleteBody, InvalidArgument
 from cachetier.lake import CHECKSUM_HEADERS
-from gateway.s3 import checksums
+from gateway.s3 import checksums, numbers
 from gateway.s3.chunked import decode_aws_chunked
 from gateway.s3.errors import MissingContentLength
 from gateway.s3.request import S3Request
-from gateway.s3.sigv4 import AuthContext
+from gateway.s3.sigv4 import UNSIGNED_PAYLOAD, AuthContext
 
 MAX_OBJECT = 5 * 1024**4  # S3's largest object (and part upper bound is smaller, see below)
 MAX_PUT = 5 * 1024**3  # S3's largest single PUT / part
@@ -57,14 +57,14 @@ class RequestBody:
                 self.finished = True
                 return
 
-    def _chunked_mode(self) -> str | None:
-        h = self._req.headers
-        sha = h.get("x-amz-content-sha256", "")
-        if sha.startswith("STREAMING-"):
-            return sha
-        if "aws-chunked" in h.get("content-encoding", "").lower():
-            return "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
-        return None
+    def _payload_hash(self) -> str:
+        """The payload hash the signature covers: the one rule for how the body is read. A
+        STREAMING-* value means aws-chunked framing; anything else (a hex digest the body must
+        hash to, or UNSIGNED-PAYLOAD) means a plain body, whatever Content-Encoding says (it is
+        not signed, so it may not change what a signed hash means)."""
+        if self._auth is not None:
+            return self._auth.payload_hash
+        return self._req.headers.get("x-amz-content-sha256", UNSIGNED_PAYLOAD)
 
     def payload(self, stored: dict[str, str] | None = None) -> tuple[AsyncIterator[bytes], int]:
         """(verified payload stream, its exact length). Checksums sent as trailers are added to
@@ -72,8 +72,8 @@ class RequestBody:
         h = self._req.headers
         wanted = {name: h[name] for name in CHECKSUM_HEADERS if name in h}
         stored = {} if stored is None else stored
-        mode = self._chunked_mode()
-        if mode is not None:
+        mode = self._payload_hash()
+        if mode.startswith("STREAMING-"):
             length = _length(h.get("x-amz-decoded-content-length"))
             trailer_names = [t.strip().lower() for t in h.get("x-amz-trailer", "").split(",") if t.strip()]
             source = decode_aws_chunked(
@@ -86,8 +86,7 @@ class RequestBody:
                 raise MissingContentLength()
             length = _length(h["content-length"])
             source = self._wire()
-            sha = h.get("x-amz-content-sha256", "")
-            sha256_hex = sha if len(sha) == 64 else None
+            sha256_hex = mode if len(mode) == 64 else None  # sigv4 checked it is hex
         if length > MAX_PUT:
             raise EntityTooLarge()
         stream = checksums.verified(
@@ -110,6 +109,4 @@ class RequestBody:
 def _length(value: str | None) -> int:
     if value is None:
         raise MissingContentLength()
-    if not value.strip().isdigit():
-        raise InvalidArgument("invalid content length")
-    return int(value)
+    return numbers.decimal(value, "Content-Length")

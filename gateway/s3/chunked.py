@@ -21,6 +21,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from cachetier.errors import IncompleteBody, InvalidRequest
 from gateway.s3.checksums import HEADER_PREFIX, Checksum, check, decode_value, hold_last
 from gateway.s3.errors import SignatureDoesNotMatch
+from gateway.s3.numbers import is_hexadecimal
 from gateway.s3.sigv4 import EMPTY_SHA256, AuthContext, same_signature, sign, wire_bytes
 
 SIGNED = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
@@ -33,7 +34,6 @@ MAX_SIGNED_CHUNK = 16 * 1024 * 1024
 MAX_UNSIGNED_CHUNK = 5 * 1024**3  # S3's largest single PUT; beyond it the size is garbage
 _MAX_LINE = 4096  # a chunk header is ~90 bytes
 _MAX_TRAILERS = 16 * 1024
-_HEX = frozenset(b"0123456789abcdefABCDEF")
 
 
 def chunk_string_to_sign(auth: AuthContext, previous: str, data: bytes) -> str:
@@ -109,7 +109,7 @@ def _parse_chunk_header(line: bytes, signed: bool) -> tuple[int, str | None]:
     """(size, chunk signature) of ``<hex>[;chunk-signature=<sig>]``."""
     size_text, _, extension = line.partition(b";")
     size_text = size_text.strip(b" \t")
-    if not size_text or len(size_text) > 16 or not _HEX.issuperset(size_text):
+    if not is_hexadecimal(size_text.decode("latin-1"), 16):
         raise InvalidRequest("An aws-chunked chunk header is malformed.")
     size = int(size_text, 16)
     if not signed:

@@ -15,13 +15,15 @@ from email.utils import parsedate_to_datetime
 
 from cachetier.lake.conditions import Conditions
 from cachetier.lake.ranges import ByteRange
+from gateway.s3.numbers import MAX_DIGITS
 
-_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$")
+# ASCII only: with re.ASCII, \d and \s are [0-9] and ASCII whitespace, not any Unicode digit or space
+_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.ASCII)
 
 
 def byte_range(header: str | None) -> ByteRange | None:
     """The range a header asks for, or None when S3 would ignore the header and serve the
-    whole object (absent, malformed, multi-range, or last < first)."""
+    whole object (absent, malformed, multi-range, last < first, or a number past 19 digits)."""
     if not header:
         return None
     m = _RANGE.match(header)
@@ -30,6 +32,8 @@ def byte_range(header: str | None) -> ByteRange | None:
     first, last = m.group(1), m.group(2)
     if first == "" and last == "":
         return None
+    if len(first) > MAX_DIGITS or len(last) > MAX_DIGITS:
+        return None  # no object is that large: read as malformed, like any other garbage
     if first == "":
         return ByteRange(first=None, suffix=int(last))
     if last != "" and int(last) < int(first):
@@ -43,7 +47,7 @@ def http_date(value: str | None) -> datetime | None:
         return None
     try:
         return parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # a year past C's long: OverflowError
         return None
 
 

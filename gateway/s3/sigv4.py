@@ -30,6 +30,7 @@ from gateway.s3.errors import (
     RequestTimeTooSkewed,
     SignatureDoesNotMatch,
 )
+from gateway.s3.numbers import is_decimal
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 SERVICE = "s3"
@@ -42,7 +43,7 @@ PAYLOAD_MODES = frozenset({UNSIGNED_PAYLOAD, *(f"STREAMING-{m}" for m in (
     "AWS4-HMAC-SHA256-PAYLOAD", "AWS4-HMAC-SHA256-PAYLOAD-TRAILER", "UNSIGNED-PAYLOAD-TRAILER"
 ))})  # fmt: skip
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
-_AMZ_DATE = re.compile(r"(\d{4})(\d\d)(\d\d)T(\d\d)(\d\d)(\d\d)Z")
+_AMZ_DATE = re.compile(r"(\d{4})(\d\d)(\d\d)T(\d\d)(\d\d)(\d\d)Z", re.ASCII)  # [0-9], not any digit
 _PATH_SAFE = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~/"
 _UNSUPPORTED = (
     "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
@@ -259,7 +260,7 @@ def _header_time(headers: dict[str, str]) -> str:
     if amz_date is None and "date" in headers:
         try:
             parsed = parsedate_to_datetime(headers["date"])
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # a year past C's long: OverflowError
             parsed = None
         if parsed is not None and parsed.tzinfo is not None:
             return parsed.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -273,13 +274,17 @@ def _header_claim(headers: dict[str, str]) -> _Claim:
     payload_hash = headers.get("x-amz-content-sha256")
     if payload_hash is None:
         raise InvalidRequest("Missing required header for this request: x-amz-content-sha256")
+    _check_payload_hash(payload_hash)
+    return _Claim(access_key, date, region, amz_date, signed_headers, signature, payload_hash)
+
+
+def _check_payload_hash(payload_hash: str) -> None:
     if payload_hash not in PAYLOAD_MODES and not _HEX64.fullmatch(payload_hash):
         raise InvalidArgument(
             "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, "
             "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER, STREAMING-UNSIGNED-PAYLOAD-TRAILER "
             "or a valid sha256 value."
         )
-    return _Claim(access_key, date, region, amz_date, signed_headers, signature, payload_hash)
 
 
 def _query_params(query_string: bytes) -> dict[str, list[str]]:
@@ -310,13 +315,14 @@ def _query_claim(params: dict[str, list[str]]) -> tuple[_Claim, int]:
             "X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\""
         )
     expires = value["X-Amz-Expires"]
-    if not expires.isdigit() or not 1 <= int(expires) <= MAX_EXPIRES:
+    if not is_decimal(expires) or not 1 <= int(expires) <= MAX_EXPIRES:
         raise AuthorizationQueryParametersError(
             "X-Amz-Expires must be between 1 and 604800 seconds (seven days)."
         )
     access_key, date, region = _parse_credential(value["X-Amz-Credential"], amz_date, _QUERY)
     # A client may sign a payload hash into the URL; otherwise it is UNSIGNED-PAYLOAD.
     payload = params.get("X-Amz-Content-Sha256", [UNSIGNED_PAYLOAD])[0]
+    _check_payload_hash(payload)  # the body is read by this value (gateway.s3.body)
     signed, signature = value["X-Amz-SignedHeaders"], value["X-Amz-Signature"]
     return _Claim(access_key, date, region, amz_date, signed, signature, payload), int(expires)
 

@@ -22,8 +22,12 @@ from cachetier.telemetry.counters import CacheStats
 from gateway.s3.handlers.common import Call
 from gateway.s3.handlers.obj import get_object
 from gateway.s3.request import S3Request
+from gateway.tenants import Tenant
 
 TAIL = b"t" * (3 * BS + 10)  # part 2: a few blocks
+
+
+TENANT = Tenant("t", "AKPARTREADS", "secret")  # a signed caller (overrides are checked per tenant)
 
 
 async def _one_piece(data: bytes) -> Any:
@@ -54,7 +58,7 @@ def test_a_part_read_shares_its_blocks_with_range_reads() -> None:
         assert (await read(cached, "mp", ByteRange(MIN_PART_SIZE, total - 1)))[1] == TAIL
         fetched = list(lake.gets)
         assert fetched  # the range was read from the lake, once
-        response = await get_object(Call(cached, _part_request(2), None, None))  # type: ignore[arg-type]
+        response = await get_object(Call(cached, _part_request(2), None, TENANT))  # type: ignore[arg-type]
         assert response.stream is not None
         body = b"".join([piece async for piece in response.stream.body])
         assert (response.status, body, lake.gets) == (206, TAIL, fetched)  # no lake GET: all cached
@@ -93,7 +97,7 @@ def _stale_lake(stale: int) -> Any:
 def test_a_part_of_an_object_overwritten_meanwhile_is_looked_up_again() -> None:
     async def main() -> None:
         lake = await _stale_lake(stale=2)
-        response = await get_object(Call(lake, _part_request(2), None, None))  # type: ignore[arg-type]
+        response = await get_object(Call(lake, _part_request(2), None, TENANT))  # type: ignore[arg-type]
         assert response.stream is not None
         assert b"".join([piece async for piece in response.stream.body]) == TAIL and lake.stale == 0
 
@@ -104,6 +108,6 @@ def test_an_object_that_keeps_changing_under_a_part_read_is_unavailable() -> Non
     async def main() -> None:
         lake = await _stale_lake(stale=10)
         with pytest.raises(ServiceUnavailable):
-            await get_object(Call(lake, _part_request(2), None, None))  # type: ignore[arg-type]
+            await get_object(Call(lake, _part_request(2), None, TENANT))  # type: ignore[arg-type]
 
     run(main())

@@ -7,8 +7,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from cachetier.errors import AccessDenied, InvalidArgument, InvalidBucketName, KeyTooLongError, Unimplemented
+from cachetier.errors import (
+    AccessDenied,
+    InvalidArgument,
+    InvalidBucketName,
+    InvalidRequest,
+    KeyTooLongError,
+    Unimplemented,
+)
 from cachetier.lake import CHECKSUM_HEADERS, STORED_HEADERS, CopySource, Lake, ObjectAttributes, ObjectInfo
+from gateway.s3 import numbers
 from gateway.s3.body import RequestBody
 from gateway.s3.headers import byte_range, conditions
 from gateway.s3.request import S3Request
@@ -54,9 +62,7 @@ def int_arg(q: dict[str, str], name: str, default: int, lo: int = 0, hi: int | N
     raw = q.get(name)
     if raw is None or raw == "":
         return default
-    if not raw.lstrip("-").isdigit():
-        raise InvalidArgument(f"{name} must be an integer")
-    value = int(raw)
+    value = numbers.decimal(raw, name)
     if value < lo:
         raise InvalidArgument(f"{name} must be at least {lo}")
     return min(value, hi) if hi is not None else value
@@ -113,7 +119,7 @@ def object_headers(info: ObjectInfo, req: S3Request, *, served: tuple[int, int] 
         h[f"x-amz-meta-{name}"] = value
     for param, header in _OVERRIDES.items():
         if param in req.query:
-            h[header] = req.query[param]
+            h[header] = req.query[param]  # checked by check_overrides
     if served is not None:
         h["content-range"] = f"bytes {served[0]}-{served[1]}/{info.size}"
     return h
@@ -122,6 +128,18 @@ def object_headers(info: ObjectInfo, req: S3Request, *, served: tuple[int, int] 
 _OVERRIDES = {f"response-{name}": name for name in (
     "content-type", "content-language", "expires", "cache-control", "content-disposition", "content-encoding"
 )}
+
+
+def check_overrides(call: Call) -> None:
+    """Refuse what the response-* overrides may not do, before the object is read: S3 honours
+    them on signed requests only (an anonymous reader of a public bucket may not make it serve
+    an object as, say, inline HTML), and no value may break the header it is echoed into."""
+    asked = _OVERRIDES.keys() & call.req.query.keys()
+    anonymous = not call.tenant.access_key  # only the front end's anonymous reader has no key
+    if asked and anonymous:
+        raise InvalidRequest("Request specific response headers cannot be used for anonymous GET requests.")
+    for param in sorted(asked):
+        numbers.header_value(call.req.query[param], param)
 
 
 def copy_source(call: Call, *, with_range: bool) -> CopySource:

@@ -14,7 +14,9 @@ from __future__ import annotations
 from cachetier.errors import InvalidArgument, InvalidRequest, ServiceUnavailable
 from cachetier.lake import ObjectPart, ObjectStream
 from gateway.s3 import xml
-from gateway.s3.handlers.common import Call, attributes, check_key, copy_source, int_arg, object_headers
+from gateway.s3.handlers.common import (
+    Call, attributes, check_key, check_overrides, copy_source, int_arg, object_headers,
+)
 from gateway.s3.headers import byte_range, conditions
 from gateway.s3.response import Response
 
@@ -68,6 +70,7 @@ async def _get_part(call: Call, number: int) -> Response:
 
 
 async def head_object(call: Call) -> Response:
+    check_overrides(call)
     number = _part_number(call)
     if number is not None:
         return await _head_part(call, number)
@@ -82,6 +85,7 @@ async def head_object(call: Call) -> Response:
 
 
 async def get_object(call: Call) -> Response:
+    check_overrides(call)
     number = _part_number(call)
     if number is not None:
         return await _get_part(call, number)
