@@ -103,8 +103,9 @@ def canonical_subresources(query_string: bytes) -> str:
 
 
 def canonical_resource(req: SignedRequest, host_bucket: str | None, *, bucket_slash: bool = True) -> str:
-    """The resource signed; a bucket's is ``/bucket/`` (botocore sends ``/bucket`` and signs that,
-    as S3 reads it), or with ``bucket_slash`` False ``/bucket`` as sent (other clients sign that)."""
+    """The resource signed. A bucket's is ``/bucket/``: botocore sends ``/bucket`` but signs
+    ``/bucket/``, and S3 accepts it; ``bucket_slash`` False gives ``/bucket`` as sent, for clients
+    that sign the path as they send it."""
     path = req.raw_path.decode("latin-1") or "/"
     if host_bucket:
         path = f"/{host_bucket}{path}"
@@ -120,6 +121,7 @@ def _names_bucket(path: str) -> bool:
 def string_to_sign(
     req: SignedRequest, time: str, host_bucket: str | None, *, presigned: bool = False, bucket_slash: bool = True
 ) -> str:
+    """S3's SigV2 string to sign; ``time`` is its Date line (Date, "" or Expires)."""
     headers = headers_of(req)
     amz = req.headers
     if presigned:  # botocore moves the x-amz-* headers it signed into the URL; RGW reads them there too
