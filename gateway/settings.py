@@ -74,6 +74,7 @@ class Environment(BaseSettings):
     max_header_bytes: int = Field(FrontendConfig.max_header_bytes, ge=1024)
     log_level: str = "info"
     access_log: bool = FrontendConfig.access_log
+    sigv2: bool = FrontendConfig.sigv2
     # cluster (D3N's L2): empty peers = a node on its own (L1 only)
     node_id: str = ""
     peers: str = ""
@@ -298,6 +299,7 @@ def _server(env: Environment) -> ServerSettings:
             max_skew=timedelta(seconds=env.max_clock_skew),
             max_header_bytes=env.max_header_bytes,
             access_log=env.access_log,
+            sigv2=env.sigv2,
         ),
     )
 

@@ -1,6 +1,6 @@
 """boto3 requests captured right before they would leave (no network), and checked with the
 gateway's own SigV4 verification: what boto3 really sends, for the unit tests of signing,
-checksums and aws-chunked bodies.
+checksums and aws-chunked bodies; and the awkward keys the signing tests (SigV4 and SigV2) run over.
 """
 
 from __future__ import annotations
@@ -10,6 +10,26 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+
+
+# Keys that show how a signer escapes paths (and whether the verifier reads them as it did).
+AWKWARD_KEYS = [
+    "plain.txt",
+    "with space",
+    "a+b",
+    "100%",
+    "100%25",
+    "k=v&x=y",
+    "ключ/ünïcødé/日本",
+    "a//b///c",
+    "~tilde~",
+    "!*'()",
+    "./dot/../dotdot/.",
+    "semi;colon,comma:colon@at$dollar",
+    "?question#hash[]",
+    "emoji 😀",
+    "trailing/",
+]
 
 
 class _Captured(Exception):

@@ -1,5 +1,5 @@
-"""The S3 front end as an ASGI app: request id, parsing, SigV4, tenant rules, dispatch to a
-handler, one place where S3 errors become XML, and the access log.
+"""The S3 front end as an ASGI app: request id, parsing, SigV4 (or SigV2), tenant rules,
+dispatch to a handler, one place where S3 errors become XML, and the access log.
 
 A raw ASGI app rather than framework routes: S3 routes on method + query subresources, and
 this is the hot path of every request.
@@ -19,14 +19,14 @@ from prometheus_client import Counter
 from cachetier import context
 from cachetier.errors import AccessDenied, InternalError, S3Error
 from cachetier.lake import Lake
-from gateway.s3 import errors
+from gateway.s3 import errors, sigv2, sigv4
 from gateway.s3.body import RequestBody
 from gateway.s3.config import FrontendConfig
 from gateway.s3.handlers import HANDLERS
 from gateway.s3.handlers.common import Call
 from gateway.s3.request import S3Request, from_scope
 from gateway.s3.response import Response, send
-from gateway.s3.sigv4 import SignedRequest, authenticate
+from gateway.s3.sigv4 import AuthContext, SignedRequest
 from gateway.tenants import Tenant, TenantDirectory
 
 log = logging.getLogger("lakegate.s3")
@@ -65,6 +65,7 @@ class S3Frontend:
         self.max_header_bytes = config.max_header_bytes
         self.clock = clock
         self.access_log = config.access_log
+        self.sigv2 = config.sigv2
         # request ids: unique per process start + a counter (os.urandom per request costs a syscall)
         self._id_prefix = os.urandom(4).hex().upper()
         self._ids = itertools.count()
@@ -110,12 +111,7 @@ class S3Frontend:
     async def _handle(self, req: S3Request, body: RequestBody) -> Response:
         if sum(len(k) + len(v) + 4 for k, v in req.raw_headers) > self.max_header_bytes:
             raise errors.RequestHeaderSectionTooLarge()
-        auth = authenticate(
-            SignedRequest(req.method, req.raw_path, req.query_string, req.raw_headers),
-            self.tenants.secret_for,
-            self.clock(),
-            max_skew=self.max_skew,
-        )
+        auth = self._authenticate(req)
         if auth is None:
             req.tenant = self._anonymous(req)
         else:
@@ -129,6 +125,17 @@ class S3Frontend:
         context.current.set(context.RequestContext(req.tenant.name, no_cache=no_cache))
         body.authenticated(auth)
         return await HANDLERS[req.operation](Call(self.lake, req, body, req.tenant))
+
+    def _authenticate(self, req: S3Request) -> AuthContext | None:
+        """SigV4, or SigV2 when the request is signed that way and SigV2 is on (when it is off,
+        SigV4's verifier answers a SigV2 request with S3's "not supported")."""
+        signed = SignedRequest(req.method, req.raw_path, req.query_string, req.raw_headers)
+        if self.sigv2 and sigv2.carries_sigv2(signed):
+            host_bucket = req.bucket if req.virtual_host else None
+            return sigv2.authenticate(
+                signed, self.tenants.secret_for, self.clock(), max_skew=self.max_skew, host_bucket=host_bucket
+            )
+        return sigv4.authenticate(signed, self.tenants.secret_for, self.clock(), max_skew=self.max_skew)
 
     def _anonymous(self, req: S3Request) -> Tenant:
         """Unsigned requests: only reads of buckets the settings open to anonymous reads."""

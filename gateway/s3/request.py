@@ -34,6 +34,7 @@ class S3Request:
     operation: str = ""
     tenant: Tenant | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    virtual_host: bool = False  # the bucket came from the Host header (SigV2 signs it as /bucket)
 
     @property
     def resource(self) -> str:
@@ -54,9 +55,9 @@ def from_scope(scope: Mapping[str, Any], host_suffixes: tuple[str, ...]) -> S3Re
         query = dict(parse_qsl(query_string.decode("ascii"), keep_blank_values=True, errors="strict"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise InvalidURI() from exc
-    bucket = _bucket_from_host(headers.get("host", ""), host_suffixes)
-    if bucket is not None:
-        key = path[1:]
+    host_bucket = _bucket_from_host(headers.get("host", ""), host_suffixes)
+    if host_bucket is not None:
+        bucket, key = host_bucket, path[1:]
     else:
         bucket, _, key = path[1:].partition("/")
     req = S3Request(
@@ -68,6 +69,7 @@ def from_scope(scope: Mapping[str, Any], host_suffixes: tuple[str, ...]) -> S3Re
         raw_headers=raw_headers,
         raw_path=raw_path,
         query_string=query_string,
+        virtual_host=host_bucket is not None,
     )
     req.operation = operation(req)
     return req

@@ -6,7 +6,9 @@ decodes each path segment and re-encodes it with only RFC 3986 unreserved charac
 which reproduces what any conforming client signed however it escaped the wire form (boto3
 sends ``quote(key, safe='/~')``). The query is treated alike, and ``+`` means a literal plus.
 
-Only AWS4-HMAC-SHA256 is accepted; SigV2 and SigV4a get S3's own "not supported" answer.
+Only AWS4-HMAC-SHA256 is accepted here; SigV2 (gateway/s3/sigv2.py) reaches this module only
+when the front end has it switched off, and then gets S3's own "not supported" answer, as SigV4a
+always does.
 Secrets and signing keys never reach a message, a log line or a repr.
 """
 
@@ -45,8 +47,12 @@ PAYLOAD_MODES = frozenset({UNSIGNED_PAYLOAD, *(f"STREAMING-{m}" for m in (
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _AMZ_DATE = re.compile(r"(\d{4})(\d\d)(\d\d)T(\d\d)(\d\d)(\d\d)Z", re.ASCII)  # [0-9], not any digit
 _PATH_SAFE = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~/"
-_UNSUPPORTED = (
+UNSUPPORTED_MECHANISM = (
     "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
+)
+ONE_MECHANISM = (
+    "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
+    "Signature query string parameter or the Authorization header should be specified"
 )
 # x-amz-* headers that may travel unsigned; S3 lets the payload hash go unsigned because
 # it is part of the canonical request anyway.
@@ -178,7 +184,7 @@ def same_signature(expected: str, provided: str) -> bool:
 # ---- parsing what the request claims ----
 
 
-def _headers_of(req: SignedRequest) -> dict[str, str]:
+def headers_of(req: SignedRequest) -> dict[str, str]:
     """First value of each header; the canonical form still sees every repeat."""
     first: dict[str, str] = {}
     for name, value in req.headers:
@@ -236,7 +242,7 @@ def _parse_authorization(value: str) -> tuple[str, str, str]:
     """(Credential, SignedHeaders, Signature) of an ``AWS4-HMAC-SHA256 ...`` header."""
     algorithm, _, rest = value.strip().partition(" ")
     if algorithm != ALGORITHM:
-        raise InvalidRequest(_UNSUPPORTED)
+        raise InvalidRequest(UNSUPPORTED_MECHANISM)
     fields: dict[str, str] = {}
     for item in rest.split(","):
         key, sep, val = item.strip().partition("=")
@@ -287,7 +293,7 @@ def _check_payload_hash(payload_hash: str) -> None:
         )
 
 
-def _query_params(query_string: bytes) -> dict[str, list[str]]:
+def query_params(query_string: bytes) -> dict[str, list[str]]:
     params: dict[str, list[str]] = {}
     for part in query_string.split(b"&"):
         name, _, value = part.partition(b"=")
@@ -297,18 +303,18 @@ def _query_params(query_string: bytes) -> dict[str, list[str]]:
     return params
 
 
-_QUERY_AUTH = tuple(f"X-Amz-{p}" for p in (
+QUERY_AUTH = tuple(f"X-Amz-{p}" for p in (
     "Algorithm", "Credential", "Date", "Expires", "SignedHeaders", "Signature"
 ))  # fmt: skip
 
 
 def _query_claim(params: dict[str, list[str]]) -> tuple[_Claim, int]:
     """The claim of a presigned URL and its X-Amz-Expires."""
-    if any(len(params.get(name, ())) != 1 for name in _QUERY_AUTH):
+    if any(len(params.get(name, ())) != 1 for name in QUERY_AUTH):
         raise AuthorizationQueryParametersError()
-    value = {name: params[name][0] for name in _QUERY_AUTH}
+    value = {name: params[name][0] for name in QUERY_AUTH}
     if value["X-Amz-Algorithm"] != ALGORITHM:
-        raise InvalidRequest(_UNSUPPORTED)
+        raise InvalidRequest(UNSUPPORTED_MECHANISM)
     amz_date = value["X-Amz-Date"]
     if _parse_time(amz_date) is None:
         raise AuthorizationQueryParametersError(
@@ -387,21 +393,18 @@ def authenticate(
 
     ``secret_for`` maps an access key to its secret (None if unknown); ``now`` is aware or
     naive UTC. Raises the S3 error a client of S3 would see."""
-    headers = _headers_of(req)
-    params = _query_params(req.query_string) if req.query_string else {}
-    in_query = any(name in params for name in _QUERY_AUTH)
+    headers = headers_of(req)
+    params = query_params(req.query_string) if req.query_string else {}
+    in_query = any(name in params for name in QUERY_AUTH)
     if "authorization" in headers and (in_query or "Signature" in params):
-        raise InvalidArgument(
-            "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
-            "Signature query string parameter or the Authorization header should be specified"
-        )
+        raise InvalidArgument(ONE_MECHANISM)
     expires: int | None = None
     if "authorization" in headers:
         claim, how = _header_claim(headers), _HEADER
     elif in_query:
         (claim, expires), how = _query_claim(params), _QUERY
     elif "AWSAccessKeyId" in params or "Signature" in params:
-        raise InvalidRequest(_UNSUPPORTED)  # a SigV2 presigned URL
+        raise InvalidRequest(UNSUPPORTED_MECHANISM)  # a SigV2 presigned URL, SigV2 switched off
     else:
         return None
     secret = secret_for(claim.access_key)

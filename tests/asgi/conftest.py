@@ -48,8 +48,9 @@ class InProcessTarget(Target):
         return client
 
 
-def _app(folder: Path, lake: Lake | None) -> LakegateApp:
-    """The app as `lakegate serve` builds it; ``lake`` None: its folder lake in ``folder``."""
+def _app(folder: Path, lake: Lake | None, **overrides: object) -> LakegateApp:
+    """The app as `lakegate serve` builds it; ``lake`` None: its folder lake in ``folder``;
+    ``overrides``: settings besides these (``sigv2=False``)."""
     tenants = folder / "tenants.toml"
     tenants.write_text(ALICE.to_toml())
     settings = Settings.load(
@@ -59,6 +60,7 @@ def _app(folder: Path, lake: Lake | None) -> LakegateApp:
         cache_dir=folder / "cache",
         virtual_host_suffixes="localhost",
         access_log=False,
+        **overrides,
     )
     return LakegateApp(settings, lake=lake)
 
@@ -88,13 +90,23 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     (`parametrize("target", [...], indirect=True)`) is skipped here."""
     if request.param not in ASGI_TARGETS:
         pytest.skip(f"{request.param} is a target of the integration tier")
-    folder = tmp_path_factory.mktemp(request.param)
-    lake = MemoryLake() if request.param == "asgi-memory" else None
-    bridge = AsgiBridge(_app(folder, lake))
+    yield from _in_process(request.param, tmp_path_factory.mktemp(request.param))
+
+
+@pytest.fixture(scope="module")
+def sigv2_off_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """The app with LAKEGATE_SIGV2=false, over a memory lake."""
+    yield from _in_process("asgi-memory", tmp_path_factory.mktemp("sigv2-off"), sigv2=False)
+
+
+def _in_process(name: str, folder: Path, **overrides: object) -> Iterator[InProcessTarget]:
+    """The target ``name`` (an ASGI_TARGETS one), its app started while the generator runs."""
+    lake = MemoryLake() if name == "asgi-memory" else None
+    bridge = AsgiBridge(_app(folder, lake, **overrides))
     bridge.start()
     try:
         yield InProcessTarget(
-            name=request.param,
+            name=name,
             endpoint_url=ENDPOINT,
             access_key=ALICE.access_key,
             secret_key=ALICE.secret_key,

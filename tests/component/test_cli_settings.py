@@ -65,6 +65,14 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings.load(listen="127.0.0.1:2222").server.listen == "127.0.0.1:2222"
 
 
+def test_sigv2_is_on_unless_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKEGATE_TENANTS_FILE", str(EXAMPLE_TENANTS))
+    monkeypatch.delenv("LAKEGATE_SIGV2", raising=False)
+    assert Settings.load(_env_file=None).server.frontend.sigv2
+    monkeypatch.setenv("LAKEGATE_SIGV2", "false")
+    assert not Settings.load(_env_file=None).server.frontend.sigv2
+
+
 def test_tenants_file(tmp_path: Path) -> None:
     tenants = TenantDirectory.load(EXAMPLE_TENANTS)
     demo = tenants.by_access_key("LAKEGATEDEMOKEY00001")
@@ -95,7 +103,7 @@ MALFORMED = [
     ("CACHE_ON_WRITE", "perhaps"), ("CACHE_ON_WRITE_MAX", "x"), ("CACHE_MAX_OBJECT_SIZE", "x"),
     ("TLS_CERT", str(EXAMPLE_TENANTS)), ("TLS_KEY", str(EXAMPLE_TENANTS)), ("TLS_CERT", "/nonexistent/cert.pem"),
     ("MAX_CLOCK_SKEW", "0"), ("MAX_CLOCK_SKEW", "x"), ("MAX_HEADER_BYTES", "100"),
-    ("LOG_LEVEL", "loud"), ("ACCESS_LOG", "x"),
+    ("LOG_LEVEL", "loud"), ("ACCESS_LOG", "x"), ("SIGV2", "maybe"),
     ("PEERS", "ftp://x"), ("PEERS", "dns:nohost"), ("PEERS", "node2="), ("PEERS", "http://"), ("PEERS", "http://h:port"),
     ("CLUSTER_SECRET", "short"),
     ("ADVERTISE_URL", "ftp://x"), ("ADVERTISE_URL", "http://h:port"),

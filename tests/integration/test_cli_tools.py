@@ -213,3 +213,17 @@ def test_expired_presigned_url_is_refused(s3: Any, target: Target, bucket: str) 
     body, _, status = done.stdout.decode().rpartition("\n")
     assert status == "403"
     assert "<Code>AccessDenied</Code>" in body
+
+
+@pytest.mark.parametrize("target", ["gw-dir"], indirect=True)
+def test_aws_s3_presign_is_sigv2_and_curl_reads_it(aws: AwsCli, s3: Any, target: Target, bucket: str) -> None:
+    """`aws s3 presign` on its defaults signs SigV2 (AWSAccessKeyId, Signature, Expires)."""
+    s3.put_object(Bucket=bucket, Key="shared/v2 file+1.txt", Body=b"read with sigv2")
+    url = aws("s3", "presign", f"s3://{bucket}/shared/v2 file+1.txt", "--expires-in", "300").stdout.strip()
+    assert {"AWSAccessKeyId", "Signature", "Expires"} <= parse_qs(urlsplit(url).query).keys(), url
+    done = curl(target, "-f", url)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == b"read with sigv2"
+    tampered = curl(target, "-w", "\n%{http_code}", url.replace("v2%20file", "v3%20file"))
+    body, _, status = tampered.stdout.decode().rpartition("\n")
+    assert status == "403" and "<Code>SignatureDoesNotMatch</Code>" in body

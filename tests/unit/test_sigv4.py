@@ -14,6 +14,7 @@ import pytest
 from awscrt import auth as crt_auth
 from awscrt import http as crt_http
 from botocore.config import Config
+from captured import AWKWARD_KEYS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -396,25 +397,6 @@ def from_url(method: str, url: str) -> SignedRequest:
     return SignedRequest(
         method, parts.path.encode(), parts.query.encode(), [("host", parts.netloc)]
     )
-
-
-AWKWARD_KEYS = [
-    "plain.txt",
-    "with space",
-    "a+b",
-    "100%",
-    "100%25",
-    "k=v&x=y",
-    "ключ/ünïcødé/日本",
-    "a//b///c",
-    "~tilde~",
-    "!*'()",
-    "./dot/../dotdot/.",
-    "semi;colon,comma:colon@at$dollar",
-    "?question#hash[]",
-    "emoji 😀",
-    "trailing/",
-]
 
 
 @pytest.mark.parametrize("key", AWKWARD_KEYS)
