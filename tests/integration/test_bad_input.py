@@ -76,13 +76,24 @@ def _code(exc: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:
     return err["Error"]["Code"], err["ResponseMetadata"]["HTTPStatusCode"]
 
 
+class _PayloadAuth(S3SigV4Auth):  # type: ignore[misc]  # botocore is untyped
+    """botocore's S3 SigV4 signer, signing a payload hash the test chooses."""
+
+    def __init__(self, credentials: Credentials, payload_hash: str | None) -> None:
+        super().__init__(credentials, "s3", "us-east-1")
+        self._payload_hash = payload_hash
+
+    def payload(self, request: AWSRequest) -> str:
+        return self._payload_hash or hashlib.sha256(request.body or b"").hexdigest()
+
+
 def _signed(method: str, url: str, tenant: Tenant = ALICE, headers: dict[str, str] | None = None,
             body: bytes = b"", payload_hash: str | None = None) -> httpx2.Request:
-    """A request signed by botocore's signer (the client side of SigV4)."""
-    headers = dict(headers or {})
-    headers["x-amz-content-sha256"] = payload_hash or hashlib.sha256(body).hexdigest()
-    req = AWSRequest(method=method, url=url, data=body, headers=headers)
-    S3SigV4Auth(Credentials(tenant.access_key, tenant.secret_key), "s3", "us-east-1").add_auth(req)
+    """A request signed by botocore's signer (the client side of SigV4), with ``payload_hash``
+    as its signed x-amz-content-sha256 (botocore would otherwise put the body's digest there:
+    over http it hashes every payload)."""
+    req = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
+    _PayloadAuth(Credentials(tenant.access_key, tenant.secret_key), payload_hash).add_auth(req)
     return httpx2.Request(method, url, headers=dict(req.headers.items()), content=body)
 
 
