@@ -83,8 +83,9 @@ def test_counters_count_the_bytes_of_their_link(network: tuple[ShapedNetwork, su
                                                 link: str, host: str, port: int, mode: str, length: int) -> None:
     net, _server = network
     counted = measured_transfer(net, host, port, mode, length)["counted"]
-    # headers and ACKs come on top of the payload: ~0.2% with loopback's 64 KiB packets
-    assert length <= counted[link] <= length * 1.05 + 64 * 1024, counted
+    # headers and ACKs come on top of the payload: ~0.2% with loopback's 64 KiB packets, but a
+    # reader slowed by a loaded machine gets smaller segments (measured once: 5.7% over 16 MiB)
+    assert length <= counted[link] <= length * 1.10 + 64 * 1024, counted
     for other_link, value in counted.items():
         if other_link != link:
             assert value < length * 0.01, counted
