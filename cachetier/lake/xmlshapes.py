@@ -252,13 +252,17 @@ def complete_request(parts: list[tuple[int, str]]) -> bytes:
     return document("CompleteMultipartUpload", listed)
 
 
+_PART_NUMBER = re.compile(r"[0-9]{1,5}")
+
+
 def read_complete_request(body: bytes) -> list[tuple[int, str]]:
     """The (part number, ETag) pairs of a ``<CompleteMultipartUpload>``: at least one."""
     root = parse_root(body, "CompleteMultipartUpload")
     parts = []
     for node in root.findall("Part"):
         number, etag = node.findtext("PartNumber"), node.findtext("ETag")
-        if number is None or etag is None or not number.strip().isdigit():
+        # PartNumber as S3 reads it: 1 to 5 ASCII digits (int() alone takes "+1", "1_0", "١")
+        if number is None or etag is None or not _PART_NUMBER.fullmatch(number.strip()):
             raise ShapeError("a <Part> without a PartNumber and an ETag")
         parts.append((int(number), etag.strip()))
     if not parts:

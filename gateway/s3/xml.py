@@ -17,7 +17,6 @@ from cachetier.errors import MalformedXML
 from cachetier.lake import DeleteOutcome, ListPage, ListQuery, PartsPage, UploadsPage, UploadsQuery
 from cachetier.lake import xmlshapes
 from cachetier.lake.xmlshapes import Encode, boolean, document, element, escape, timestamp
-from gateway.s3.numbers import is_decimal
 
 MAX_BODY = 1 << 20  # request XML documents are small; S3 also caps them
 
@@ -143,12 +142,6 @@ def _malformed() -> Iterator[None]:
 
 def parse_complete_multipart(body: bytes) -> list[tuple[int, str]]:
     with _malformed():
-        # PartNumber as S3 reads it (ASCII digits, 1 to 5 of them) before the shared reader's
-        # int() sees it, which takes "+1", "1_0" and non-ASCII digits (or fails on "²")
-        root = xmlshapes.parse_root(body, "CompleteMultipartUpload")
-        for number in root.iterfind("Part/PartNumber"):
-            if not is_decimal((number.text or "").strip(), 5):
-                raise MalformedXML()
         return xmlshapes.read_complete_request(body)
 
 
