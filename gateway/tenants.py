@@ -33,6 +33,7 @@ class Tenant:
     weight: float = 1.0
     buckets: tuple[str, ...] = ("*",)
     demo: bool = False
+    anonymous: bool = False  # the front end's reader of public buckets, never from the file
 
     def may_use(self, bucket: str) -> bool:
         return any(fnmatch.fnmatchcase(bucket, pattern) for pattern in self.buckets)

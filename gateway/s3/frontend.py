@@ -140,7 +140,7 @@ class S3Frontend:
     def _anonymous(self, req: S3Request) -> Tenant:
         """Unsigned requests: only reads of buckets the settings open to anonymous reads."""
         if req.bucket in self.anonymous_buckets and req.operation in _READ_OPERATIONS:
-            return Tenant(name="anonymous", access_key="", secret_key="", buckets=(req.bucket,))
+            return Tenant(name="anonymous", access_key="", secret_key="", buckets=(req.bucket,), anonymous=True)
         raise AccessDenied(resource=req.resource if req.bucket else None)
 
     def _error(self, err: S3Error, req: S3Request | None, request_id: str) -> Response:

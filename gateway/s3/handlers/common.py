@@ -135,8 +135,7 @@ def check_overrides(call: Call) -> None:
     them on signed requests only (an anonymous reader of a public bucket may not make it serve
     an object as, say, inline HTML), and no value may break the header it is echoed into."""
     asked = _OVERRIDES.keys() & call.req.query.keys()
-    anonymous = not call.tenant.access_key  # only the front end's anonymous reader has no key
-    if asked and anonymous:
+    if asked and call.tenant.anonymous:
         raise InvalidRequest("Request specific response headers cannot be used for anonymous GET requests.")
     for param in sorted(asked):
         numbers.header_value(call.req.query[param], param)
