@@ -4,16 +4,17 @@ it coherent on writes. The S3 handlers call it like any lake and know nothing of
 Writes go to the lake as before (write-through). Every write or delete of a key invalidates
 its cached metadata at once, on this node and, in a cluster, on every live peer before the
 write is acknowledged; blocks are keyed by ETag, so a new object has new blocks (the old
-version's known blocks are dropped, not to wait for eviction). With ``cache_on_write``, a PUT whose body fits ``cache_on_write_max``
-is kept in memory while it streams to the lake and, once the lake has answered with its ETag,
-enters L1 as blocks, so a job reading its own output hits.
+version's known blocks are dropped, not to wait for eviction). With ``cache_on_write``, a PUT
+whose body fits ``cache_on_write_max`` is kept in memory while it streams to the lake and, once
+the lake has answered with its ETag, enters L1 as blocks, so a job reading its own output hits;
+the bodies kept at once are bounded node-wide (``cachetier.write.budget``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.store import BlockStore
@@ -41,15 +42,18 @@ from cachetier.lake.ranges import ByteRange
 from cachetier.read.path import ReadPath
 from policies import admission
 from cachetier.telemetry.snapshots import BlockLocation, CacheSnapshot, TierStats
+from cachetier.write.budget import MemoryBudget
 
 
 @dataclasses.dataclass(frozen=True)
 class CacheOnWrite:
     """Whether a PUT's blocks enter L1, for bodies up to ``max_bytes`` (held in memory while
-    they stream); the one place these defaults live."""
+    they stream), with at most ``budget_bytes`` held at once on the node (past it a PUT is
+    written through without being kept); the one place these defaults live."""
 
     enabled: bool = True
     max_bytes: int = 64 << 20
+    budget_bytes: int = 256 << 20
 
 
 class CachedLake:
@@ -60,6 +64,7 @@ class CachedLake:
         self.reads = reads
         self.cluster = cluster
         self.limits = admission.SizeLimits(reads.limits.max_read, on_write.max_bytes, on_write.enabled)
+        self.budget = MemoryBudget(on_write.budget_bytes)
 
     # ---- reads through the cache -----------------------------------------------------------
 
@@ -82,16 +87,25 @@ class CachedLake:
         self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes, content_md5: str | None = None
     ) -> WriteResult:
         self.reads.invalidate(bucket, key)
+        tenant = current.get().tenant
         keep = admission.admits_write(self.limits, length, no_cache=current.get().no_cache)
+        if keep and not self.budget.reserve(length):
+            keep = False  # the node holds enough bodies already: write through without keeping
+            self.reads.stats.add(tenant, "write_skipped")
         kept: list[bytes] = []
         try:
-            result = await self.lake.put_object(
-                bucket, key, _tee(body, kept) if keep else body, length, attrs, content_md5
-            )
+            try:
+                result = await self.lake.put_object(
+                    bucket, key, _tee(body, kept) if keep else body, length, attrs, content_md5
+                )
+            finally:
+                await self._written(bucket, [key])
+            if keep and sum(map(len, kept)) == length:
+                await asyncio.to_thread(self._store_blocks, bucket, key, result.etag, kept)
         finally:
-            await self._written(bucket, [key])
-        if keep and sum(map(len, kept)) == length:
-            await asyncio.to_thread(self._store_blocks, bucket, key, result.etag, b"".join(kept))
+            kept.clear()
+            if keep:
+                self.budget.release(length)
         return result
 
     async def _written(self, bucket: str, keys: list[str]) -> None:
@@ -100,11 +114,15 @@ class CachedLake:
         if self.cluster is not None:
             await self.cluster.broadcast_invalidate(bucket, keys)
 
-    def _store_blocks(self, bucket: str, key: str, etag: str, data: bytes) -> None:
+    def _store_blocks(self, bucket: str, key: str, etag: str, chunks: list[bytes]) -> None:
+        """Stores the body (``chunks``, emptied as it goes, so memory falls as blocks reach the
+        disk rather than doubling for one joined copy) as the object's blocks."""
         size = self.reads.block_size
-        for index, start in enumerate(range(0, len(data), size)):
-            self.reads.store_block(bucket, key, BlockId.of(bucket, key, etag, index, size), data[start : start + size])
-        self.reads.stats.add(current.get().tenant, "write_blocks", (len(data) + size - 1) // size)
+        stored = 0
+        for index, data in enumerate(_blocks(chunks, size)):
+            self.reads.store_block(bucket, key, BlockId.of(bucket, key, etag, index, size), data)
+            stored += 1
+        self.reads.stats.add(current.get().tenant, "write_blocks", stored)
 
     async def copy_object(
         self, source: CopySource, bucket: str, key: str, attrs: ObjectAttributes | None = None
@@ -198,6 +216,8 @@ class CachedLake:
             tiers={name: TierStats.of(store) for name, store in self.tiers().items()},
             metadata_entries=len(self.reads.meta),
             background_tasks=self.reads.background,
+            write_buffered_bytes=self.budget.used,
+            write_budget_bytes=self.budget.capacity,
         )
 
     def locate(self, bucket: str, key: str, index: int, etag: str | None = None) -> BlockLocation:
@@ -217,6 +237,25 @@ class CachedLake:
         """Stops the read path's background fetches; the lake, the stores and the cluster are
         closed by whoever opened them (``gateway.wiring``)."""
         await self.reads.aclose()
+
+
+def _blocks(chunks: list[bytes], size: int) -> Iterator[bytes]:
+    """Consecutive ``size``-byte blocks (the last shorter) of the bytes in ``chunks``, which are
+    taken off the list as they are used."""
+    chunks.reverse()  # pop() from the end is O(1)
+    block: list[bytes] = []
+    filled = 0
+    while chunks:
+        chunk = chunks.pop()
+        while chunk:
+            piece, chunk = chunk[: size - filled], chunk[size - filled :]
+            block.append(piece)
+            filled += len(piece)
+            if filled == size:
+                yield b"".join(block)
+                block, filled = [], 0
+    if block:
+        yield b"".join(block)
 
 
 async def _tee(body: Body, kept: list[bytes]) -> AsyncIterator[bytes]:

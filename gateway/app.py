@@ -125,6 +125,7 @@ def _cache_json(cache: CacheSnapshot | None, cluster: dict[str, object] | None) 
         doc[name] = dataclasses.asdict(tier)  # capacity_bytes, used_bytes, hits, misses, evictions, corrupt
     doc["metadata_entries"] = cache.metadata_entries
     doc["background_tasks"] = cache.background_tasks
+    doc["write_buffer"] = {"used_bytes": cache.write_buffered_bytes, "budget_bytes": cache.write_budget_bytes}
     if cluster is not None:
         doc["cluster"] = cluster
     return doc

@@ -34,7 +34,13 @@ class CacheCollector(Collector):
             for tenant, counts in snapshot.items():
                 family.add_metric([tenant], counts.get(name, 0))
             yield family
-        tiers = self.cache.snapshot().tiers if self.cache is not None else {}
+        cache = self.cache.snapshot() if self.cache is not None else None
+        if cache is not None:
+            yield GaugeMetricFamily("lakegate_write_buffered_bytes", "PUT bodies held in memory for cache-on-write",
+                                    value=cache.write_buffered_bytes)
+            yield GaugeMetricFamily("lakegate_write_buffer_budget_bytes", "the node's bound on them "
+                                    "(LAKEGATE_CACHE_ON_WRITE_BUDGET)", value=cache.write_budget_bytes)
+        tiers = cache.tiers if cache is not None else {}
         for tier, stats in tiers.items():
             name = tier.upper()
             yield GaugeMetricFamily(f"lakegate_{tier}_capacity_bytes", f"{name} capacity", value=stats.capacity_bytes)

@@ -26,6 +26,7 @@ COUNTERS = {
     "meta_hits": "HEAD/metadata lookups answered from the metadata cache",
     "meta_misses": "metadata lookups that went to the lake",
     "write_blocks": "blocks cached by write-through",
+    "write_skipped": "PUTs written through without caching their blocks: the node's cache-on-write memory budget was full",
     "l1_errors": "L1 reads, stores and deletes that failed (disk errors): reads served from the next source",
     "l2_errors": "L2 reads, stores and deletes that failed (disk errors): reads served from the next source",
 }

@@ -32,6 +32,8 @@ class CacheSnapshot:
     tiers: Mapping[str, TierStats]  # "l1", and "l2" on a node in a cluster
     metadata_entries: int
     background_tasks: int
+    write_buffered_bytes: int = 0  # bodies held for cache-on-write now
+    write_budget_bytes: int = 0  # ... and the node's bound on them
 
 
 @dataclasses.dataclass(frozen=True)

@@ -510,6 +510,53 @@ def test_a_failed_put_caches_nothing(lake: CountingLake) -> None:
     run(main())
 
 
+def test_the_write_budget_bounds_the_bodies_held_at_once_and_is_returned(lake: CountingLake) -> None:
+    """Two PUTs held at once under a budget of one: the second is written through without being
+    kept (and counted), both reach the lake, and the budget is whole again afterwards, also after
+    a PUT that failed."""
+    first, second = os.urandom(2 * BS), os.urandom(2 * BS)
+
+    async def main() -> None:
+        reads = _reads(lake)
+        cached = _cached(lake, reads, budget_bytes=2 * BS + 1)
+        release = asyncio.Event()
+
+        async def stalled() -> AsyncIterator[bytes]:
+            yield first[:BS]
+            await release.wait()
+            yield first[BS:]
+
+        held = asyncio.ensure_future(cached.put_object(B, "one", stalled(), len(first), ObjectAttributes()))
+        await until(lambda: cached.budget.used == len(first))
+        await cached.put_object(B, "two", _body(second), len(second), ObjectAttributes())
+        assert counts(reads)["write_skipped"] == 1 and counts(reads).get("write_blocks", 0) == 0
+        release.set()
+        await held
+        assert counts(reads)["write_blocks"] == 2 and cached.budget.used == 0
+        assert (await read(cached, "one"))[1] == first and (await read(cached, "two"))[1] == second
+
+        async def failing() -> AsyncIterator[bytes]:
+            yield b"x"
+            raise RuntimeError("the client went away")
+
+        with pytest.raises(RuntimeError):
+            await cached.put_object(B, "three", failing(), 2 * BS, ObjectAttributes())
+        assert cached.budget.used == 0
+
+    run(main())
+
+
+@pytest.mark.parametrize("sizes", [[BS], [1] * 5, [BS - 1, 2, BS * 2 + 3], [3 * BS + 7], [7, BS, 1]])
+def test_blocks_of_a_kept_body_are_cut_from_its_chunks_whatever_their_sizes(sizes: list[int]) -> None:
+    from cachetier.cachedlake import _blocks
+
+    chunks = [os.urandom(n) for n in sizes]
+    whole = b"".join(chunks)
+    blocks = list(_blocks(chunks, BS))
+    assert b"".join(blocks) == whole and chunks == []
+    assert all(len(b) == BS for b in blocks[:-1]) and 0 < len(blocks[-1]) <= BS
+
+
 def test_an_overwrite_through_the_cache_reads_new_bytes_at_once(lake: CountingLake) -> None:
     async def main() -> None:
         reads = _reads(lake, ttl=3600)

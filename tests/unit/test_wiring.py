@@ -120,7 +120,7 @@ def test_the_app_serves_admin_answers_from_the_running_node(tmp_path: Path, even
     answers = asyncio.run(main())
     stats = answers["stats"]
     assert (stats["lake"], stats["tenants"]) == ("dir", ["demo", "etl"])
-    assert list(stats["cache"]) == ["per_tenant", "l1", "l2", "metadata_entries", "background_tasks", "cluster"]
+    assert list(stats["cache"]) == ["per_tenant", "l1", "l2", "metadata_entries", "background_tasks", "write_buffer", "cluster"]
     assert list(stats["cache"]["l1"]) == ["capacity_bytes", "used_bytes", "hits", "misses", "evictions", "corrupt"]
     assert answers["where"] == {"owners": ["n1"], "etag": None, "held": {}}
     assert answers["cluster"]["node_id"] == "n1"
