@@ -11,6 +11,7 @@ before any other work. Answers are JSON, except a block, which is its bytes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -22,6 +23,7 @@ from cachetier.cluster import wire
 from cachetier.cluster.node import Cluster
 from cachetier.cluster.owner import LocalReads, Owner, ServedBlock, WrongBlockSize
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
+from gateway.s3.config import FrontendConfig
 
 log = logging.getLogger("lakegate.peer")
 M = TypeVar("M")
@@ -89,8 +91,10 @@ class PeerAPI:
     def __init__(
         self, secret: bytes, cluster: Cluster | None, reads: LocalReads | None, load: Callable[[], Mapping[str, float]],
         *, clock: Callable[[], float] = time.time, replays: wire.ReplayGuard | None = None,
+        body_timeout: float = FrontendConfig.body_timeout,
     ) -> None:
         self.secret = secret
+        self.body_timeout = body_timeout
         self.clock = clock
         self.replays = replays if replays is not None else wire.ReplayGuard()
         self.routes: dict[tuple[str, str], Route[Any]] = {}
@@ -120,7 +124,7 @@ class PeerAPI:
         """The request, once its cluster HMAC checks out (else 403, before any other work)."""
         query = scope.get("query_string", b"").decode("latin-1")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        body = await _read_body(receive)
+        body = await _read_body(receive, self.body_timeout)
         if not self.routes:
             raise _Refused(403, "this node is not in a cluster")
         sender = wire.verify(
@@ -150,10 +154,16 @@ async def _stream(send: Send, block: ServedBlock) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def _read_body(receive: Receive, timeout: float) -> bytes:
+    """The body, bounded in size and in how long the sender may pause (the HMAC is checked
+    once it is whole, so an unauthenticated caller must not be able to hold it open)."""
     body = bytearray()
     while True:
-        message = await receive()
+        try:
+            async with asyncio.timeout(timeout):
+                message = await receive()
+        except TimeoutError:
+            raise _Refused(408, "no body byte within the body timeout") from None
         if message["type"] == "http.disconnect":
             raise _Refused(400, "client went away")
         body += message.get("body", b"")

@@ -65,6 +65,7 @@ class Environment(BaseSettings):
     readahead: int = Field(ReadConfig.readahead, ge=0, le=64)
     cache_on_write: bool = CacheOnWrite.enabled
     cache_on_write_max: ByteSize = ByteSize(CacheOnWrite.max_bytes)
+    cache_on_write_budget: ByteSize = ByteSize(CacheOnWrite.budget_bytes)
     cache_max_object_size: ByteSize = ByteSize(ReadConfig.max_cached_object)
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -75,6 +76,7 @@ class Environment(BaseSettings):
     log_level: str = "info"
     access_log: bool = FrontendConfig.access_log
     sigv2: bool = FrontendConfig.sigv2
+    body_timeout: float = Field(FrontendConfig.body_timeout, gt=0)
     # cluster (D3N's L2): empty peers = a node on its own (L1 only)
     node_id: str = ""
     peers: str = ""
@@ -300,6 +302,7 @@ def _server(env: Environment) -> ServerSettings:
             max_header_bytes=env.max_header_bytes,
             access_log=env.access_log,
             sigv2=env.sigv2,
+            body_timeout=env.body_timeout,
         ),
     )
 
@@ -336,7 +339,7 @@ def _cache(env: Environment) -> CacheSettings:
         l1_capacity=int(env.cache_capacity),
         eviction=env.cache_eviction,
         read=read,
-        on_write=CacheOnWrite(env.cache_on_write, int(env.cache_on_write_max)),
+        on_write=CacheOnWrite(env.cache_on_write, int(env.cache_on_write_max), int(env.cache_on_write_budget)),
     )
 
 

@@ -191,7 +191,8 @@ async def running_node(
             cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity)
         load = _load(cache)
         secret = settings.cluster.secret if settings.cluster is not None else b""
-        peer_api = PeerAPI(secret, cluster, cache.reads if cache is not None else None, load)
+        peer_api = PeerAPI(secret, cluster, cache.reads if cache is not None else None, load,
+                           body_timeout=settings.server.frontend.body_timeout)
         if cluster is not None:
             start_task(stack, heartbeat_loop(cluster, load))
         served = cache if cache is not None else lake

@@ -1,19 +1,26 @@
 """The request body as the data plane sees it: decoded (aws-chunked), verified (Content-MD5,
 signed SHA-256, x-amz-checksum-*, length) and streamed, never held whole in memory.
 
+A client that sends no body byte for ``timeout`` seconds while the request waits for one gets
+S3's ``400 RequestTimeout`` (and the connection is closed): the upload fails like any cut body,
+so nothing reaches the lake or the cache. Only time spent waiting for the client counts: while
+the lake is slow to take bytes, the request is not waiting for the client.
+
 Every check runs before the last byte is handed on (the verifiers hold the last piece back),
 so a lake written from this stream never completes a corrupt or short upload.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from cachetier.errors import EntityTooLarge, IncompleteBody, InvalidArgument
 from cachetier.lake import CHECKSUM_HEADERS
 from gateway.s3 import checksums, numbers
 from gateway.s3.chunked import decode_aws_chunked
-from gateway.s3.errors import MissingContentLength
+from gateway.s3.config import FrontendConfig
+from gateway.s3.errors import MissingContentLength, RequestTimeout
 from gateway.s3.request import S3Request
 from gateway.s3.sigv4 import UNSIGNED_PAYLOAD, AuthContext
 
@@ -22,8 +29,11 @@ MAX_PUT = 5 * 1024**3  # S3's largest single PUT / part
 
 
 class RequestBody:
-    def __init__(self, receive, req: S3Request, auth: AuthContext | None = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(  # type: ignore[no-untyped-def]
+        self, receive, req: S3Request, auth: AuthContext | None = None, *, timeout: float = FrontendConfig.body_timeout
+    ) -> None:
         self._receive = receive
+        self._timeout = timeout
         self._req = req
         self._auth = auth
         self._consumed = False
@@ -42,12 +52,17 @@ class RequestBody:
         return announced and not self.finished
 
     async def _wire(self) -> AsyncIterator[bytes]:
-        """Raw bytes from the client; a client that goes away mid-body is IncompleteBody."""
+        """Raw bytes from the client; a client that goes away mid-body is IncompleteBody, one
+        that sends nothing for ``timeout`` seconds RequestTimeout."""
         if self._consumed:
             raise RuntimeError("request body read twice")
         self._consumed = True
         while True:
-            message = await self._receive()
+            try:
+                async with asyncio.timeout(self._timeout):
+                    message = await self._receive()
+            except TimeoutError:
+                raise RequestTimeout() from None
             if message["type"] == "http.disconnect":
                 raise IncompleteBody()
             chunk = message.get("body", b"")

@@ -16,3 +16,4 @@ class FrontendConfig:
     max_header_bytes: int = 16384  # larger: 400 RequestHeaderSectionTooLarge
     access_log: bool = True  # one line per request
     sigv2: bool = True  # verify SigV2 (header and presigned URLs); off: 400 InvalidRequest, as AWS
+    body_timeout: float = 60.0  # seconds without a request body byte: 400 RequestTimeout

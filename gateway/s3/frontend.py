@@ -66,6 +66,7 @@ class S3Frontend:
         self.clock = clock
         self.access_log = config.access_log
         self.sigv2 = config.sigv2
+        self.body_timeout = config.body_timeout
         # request ids: unique per process start + a counter (os.urandom per request costs a syscall)
         self._id_prefix = os.urandom(4).hex().upper()
         self._ids = itertools.count()
@@ -79,7 +80,7 @@ class S3Frontend:
         body: RequestBody | None = None
         try:
             req = from_scope(scope, self.host_suffixes)
-            body = RequestBody(receive, req)
+            body = RequestBody(receive, req, timeout=self.body_timeout)
             resp = await self._handle(req, body)
         except S3Error as err:
             resp = self._error(err, req, request_id)
