@@ -116,7 +116,7 @@ def _admin_lines(settings: Settings, endpoint: str) -> list[str]:
     lines = [f"admin endpoints: {endpoint}/_lakegate/admin/stats, /cluster, /locate; {' or '.join(ways)}"]
     if admin.access_key:
         lines.append(f"  e.g. curl --aws-sigv4 aws:amz:us-east-1:s3 --user {admin.access_key}:$ADMIN_SECRET "
-                     f"{endpoint}/_lakegate/admin/stats")
+                     f"-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {endpoint}/_lakegate/admin/stats")
     return lines
 
 
