@@ -2,9 +2,17 @@
 the node (``gateway.wiring``) in its lifespan.
 
     /_lakegate/v1/...       the peer API (gateway.peerapi): cluster HMAC only, never S3
-    /_lakegate/...          lakegate's own API (FastAPI): health, admin
-    GET /metrics, unsigned  Prometheus metrics (a signed GET /metrics is S3: bucket "metrics")
+    /_lakegate/admin/...    admin queries (FastAPI): the admin credential only (gateway.admin),
+                            checked here before any route, so every admin path has it
+    /_lakegate/...          lakegate's own API (FastAPI): health, open
+    /metrics                Prometheus metrics (open, or the admin credential with
+                            LAKEGATE_METRICS_AUTH=true), unless a tenant signed it
     everything else         S3 (gateway.s3.frontend)
+
+Which /metrics is which: a request to /metrics signed with any key but the admin's (the key
+named in the Authorization header or X-Amz-Credential) is S3, a GET of bucket "metrics"; an
+unsigned one, one that names the admin key, or a bearer token, is the metrics. The key named
+is only a routing hint: the admin check verifies the signature afterwards.
 
 ``create_app`` is the factory for ``uvicorn --factory gateway.app:create_app``.
 """
@@ -22,7 +30,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from cachetier.cluster.wire import PREFIX as PEER_PREFIX
 from cachetier.lake import Lake
 from cachetier.telemetry.snapshots import CacheSnapshot
+from gateway.admin import AdminGuard, check_not_a_tenant_key
 from gateway.process import tune_malloc
+from gateway.s3.frontend import utcnow
 from gateway.settings import Settings
 from gateway.tenants import TenantDirectory
 from gateway.wiring import Node, NodeStats, running_node
@@ -41,6 +51,8 @@ class LakegateApp:
         tune_malloc()  # before the first body buffer, however the app is served
         self.settings = settings
         self.tenants = tenants if tenants is not None else TenantDirectory.load(settings.server.tenants_file)
+        check_not_a_tenant_key(settings.admin, (t.access_key for t in self.tenants.tenants))
+        self.admin = AdminGuard(settings.admin, settings.server.frontend.max_skew, utcnow)
         self._lake = lake
         self._node: Node | None = None
         self.api = self._api()
@@ -107,7 +119,13 @@ class LakegateApp:
         if path.startswith(PEER_PREFIX):
             await self.node.peer_api(scope, receive, send)
             return
-        if path.startswith("/_lakegate/") or (path == "/metrics" and not _is_signed(scope)):
+        metrics = path == "/metrics" and (not _is_signed(scope) or self.admin.claims_admin(scope))
+        if path.startswith("/_lakegate/") or metrics:
+            if path.startswith("/_lakegate/admin") or (metrics and self.settings.admin.metrics_auth):
+                refusal = self.admin.refusal(scope)
+                if refusal is not None:
+                    await self.admin.deny(refusal, send)
+                    return
             await self.api(scope, receive, send)
             return
         await self.node.s3(scope, receive, send)

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import NoReturn
 
+from gateway.admin import SETTINGS_HINT, AdminKeyIsTenantKey, check_not_a_tenant_key
 from gateway.settings import Settings, SettingsError
 from gateway.tenants import TenantDirectory, TenantsFileError
 
@@ -66,11 +67,17 @@ def load_settings(overrides: Mapping[str, str | None]) -> Settings:
 
 
 def load_tenants(settings: Settings) -> TenantDirectory:
-    """The tenants file, or one line on stderr and exit status 2."""
+    """The tenants file, or one line on stderr and exit status 2 (also when a tenant's access key
+    is the admin's)."""
     try:
-        return TenantDirectory.load(settings.server.tenants_file)
+        tenants = TenantDirectory.load(settings.server.tenants_file)
     except TenantsFileError as exc:
         _fail(f"invalid tenants file: {exc}")
+    try:
+        check_not_a_tenant_key(settings.admin, (t.access_key for t in tenants.tenants))
+    except AdminKeyIsTenantKey as exc:
+        _fail(f"invalid settings: {exc} ({settings.server.tenants_file})")
+    return tenants
 
 
 def _banner(settings: Settings, tenants: TenantDirectory) -> str:
@@ -91,8 +98,26 @@ def _banner(settings: Settings, tenants: TenantDirectory) -> str:
         ]
     else:
         lines.append(f"tenants: {', '.join(t.name for t in tenants.tenants)} (keys in {settings.server.tenants_file})")
-    lines.append(f"health: {endpoint}/_lakegate/health   metrics: {endpoint}/metrics")
-    return "\n".join(lines)
+    lines.append(f"health: {endpoint}/_lakegate/health   metrics: {endpoint}/metrics"
+                 + ("  (admin credential)" if settings.admin.metrics_auth else ""))
+    return "\n".join([*lines, *_admin_lines(settings, endpoint)])
+
+
+def _admin_lines(settings: Settings, endpoint: str) -> list[str]:
+    """How to reach /_lakegate/admin/*: the access key and the ways to sign, never a secret."""
+    admin = settings.admin
+    if not admin.configured:
+        return [f"admin endpoints: off (403); set {SETTINGS_HINT}"]
+    ways = []
+    if admin.access_key:
+        ways.append(f"SigV4 (service s3) with access key {admin.access_key}")
+    if admin.token:
+        ways.append("Authorization: Bearer <the token in LAKEGATE_ADMIN_TOKEN_FILE>")
+    lines = [f"admin endpoints: {endpoint}/_lakegate/admin/stats, /cluster, /locate; {' or '.join(ways)}"]
+    if admin.access_key:
+        lines.append(f"  e.g. curl --aws-sigv4 aws:amz:us-east-1:s3 --user {admin.access_key}:$ADMIN_SECRET "
+                     f"-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {endpoint}/_lakegate/admin/stats")
+    return lines
 
 
 def serve(settings: Settings) -> None:

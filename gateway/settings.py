@@ -31,10 +31,12 @@ from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import parse_peers
 from cachetier.lake.s3.config import S3LakeConfig
 from cachetier.read.config import ReadConfig
+from gateway.admin import AdminConfig
 from gateway.s3.config import FrontendConfig
 
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-_SECRET_FIELDS = frozenset({"cluster_secret", "lake_secret_key"})  # never echoed in an error
+_SECRET_FIELDS = frozenset({"cluster_secret", "lake_secret_key", "admin_secret_key"})  # never echoed in an error
+_MIN_SECRET = 16  # characters of the cluster secret, the admin secret and the admin token
 
 
 class SettingsError(ValueError):
@@ -89,8 +91,14 @@ class Environment(BaseSettings):
     heartbeat_interval: float = Field(MembershipConfig.heartbeat_interval, gt=0)
     failure_timeout: float = Field(MembershipConfig.failure_timeout, gt=0)
     peer_ca_file: Path | None = None
+    # the admin credential (gateway/admin.py): /_lakegate/admin/* and, with metrics_auth, /metrics
+    admin_access_key: str = AdminConfig.access_key
+    admin_secret_key: SecretStr = SecretStr("")
+    admin_secret_key_file: Path | None = None
+    admin_token_file: Path | None = None
+    metrics_auth: bool = AdminConfig.metrics_auth
 
-    @field_validator("tls_cert", "tls_key", "peer_ca_file", mode="before")
+    @field_validator("tls_cert", "tls_key", "peer_ca_file", "admin_secret_key_file", "admin_token_file", mode="before")
     @classmethod
     def _unset_path(cls, v: object) -> object:
         return None if v == "" else v  # ``LAKEGATE_TLS_CERT=`` as .env.example writes it: none
@@ -241,6 +249,7 @@ class Settings:
     lake: LakeSettings
     cache: CacheSettings
     cluster: ClusterSettings | None
+    admin: AdminConfig = AdminConfig()
 
     @classmethod
     def load(cls, **overrides: object) -> Settings:
@@ -254,7 +263,7 @@ class Settings:
     @classmethod
     def from_environment(cls, env: Environment) -> Settings:
         _cross_checks(env)
-        return cls(server=_server(env), lake=_lake(env), cache=_cache(env), cluster=_cluster(env))
+        return cls(server=_server(env), lake=_lake(env), cache=_cache(env), cluster=_cluster(env), admin=_admin(env))
 
 
 def _problem(error: object) -> str:
@@ -354,7 +363,7 @@ def _cluster(env: Environment) -> ClusterSettings | None:
     if not env.peers:
         return None
     secret = env.cluster_secret.get_secret_value()
-    if len(secret) < 16:
+    if len(secret) < _MIN_SECRET:
         raise _fail("cluster_secret", "a node with peers needs cluster_secret (LAKEGATE_CLUSTER_SECRET), 16 characters or more")
     seeds, dns = parse_peers(env.peers)
     return ClusterSettings(
@@ -369,3 +378,33 @@ def _cluster(env: Environment) -> ClusterSettings | None:
         peer_ca_file=env.peer_ca_file,
         peer_timeout=env.lake_timeout,
     )
+
+
+def _admin(env: Environment) -> AdminConfig:
+    if env.admin_secret_key.get_secret_value() and env.admin_secret_key_file is not None:
+        raise _fail("admin_secret_key_file", "give admin_secret_key or admin_secret_key_file, not both")
+    secret = env.admin_secret_key.get_secret_value()
+    if env.admin_secret_key_file is not None:
+        secret = _secret_file("admin_secret_key_file", env.admin_secret_key_file)
+    token = _secret_file("admin_token_file", env.admin_token_file) if env.admin_token_file is not None else ""
+    if bool(env.admin_access_key) != bool(secret):
+        field = "admin_secret_key" if env.admin_access_key else "admin_access_key"
+        raise _fail(field, "admin_access_key and admin_secret_key (or admin_secret_key_file) must be given together")
+    cluster_secret = env.cluster_secret.get_secret_value()
+    for field, value in (("admin_secret_key", secret), ("admin_token_file", token)):
+        if value and len(value) < _MIN_SECRET:
+            raise _fail(field, f"the admin {'token' if 'token' in field else 'secret'} must be {_MIN_SECRET} characters or more")
+        if value and value == cluster_secret:
+            raise _fail(field, "must differ from cluster_secret (LAKEGATE_CLUSTER_SECRET)")
+    admin = AdminConfig(env.admin_access_key, secret, token, env.metrics_auth)
+    if env.metrics_auth and not admin.configured:
+        raise _fail("metrics_auth", "metrics_auth=true needs an admin credential (LAKEGATE_ADMIN_ACCESS_KEY/...)")
+    return admin
+
+
+def _secret_file(field: str, path: Path) -> str:
+    """A secret kept in a file (Docker and Kubernetes secrets): its text, without the final newline."""
+    try:
+        return path.read_text().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _fail(field, f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) else 'not text'}") from None

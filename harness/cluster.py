@@ -12,7 +12,8 @@ the cluster benchmarks. Optionally inside a network namespace
     cluster.secret                    LAKEGATE_CLUSTER_SECRET of the nodes (for peer API tests)
     cluster.kill("node2", SIGKILL)    signal the node; waits until it is gone for a fatal signal
     cluster.restart("node2")          start it again with its first argv and environment
-    cluster.admin_stats("node2")      GET /_lakegate/admin/stats, as JSON
+    cluster.admin_stats("node2")      GET /_lakegate/admin/stats, as JSON (signed with the admin key)
+    cluster.admin("node2", PATH)      any admin GET, signed (the nodes get endpoints.ADMIN_ENV)
     cluster.totals()                  per-tenant cache counters summed over the nodes
     cluster.status()                  `lakegate cluster status --json`
     cluster.down()                    `lakegate cluster down` (and the temp workdir removed)
@@ -28,13 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.endpoints import BENCH_TENANT, REGION, S3Endpoint, Target, Tenant, tenants_toml
+from harness.endpoints import ADMIN_ENV, BENCH_TENANT, REGION, S3Endpoint, Target, Tenant, admin_get_json, tenants_toml
 from harness.gateway import lake_location
 from harness.processes import cancel_on_exit, gateway_environment, log, on_exit
 
@@ -80,7 +80,7 @@ class LocalCluster:
         """`lakegate cluster COMMAND --dir DIR ARGS...`; the lake keys by environment only."""
         keys = {} if isinstance(self.lake, str) else {"LAKEGATE_LAKE_ACCESS_KEY": self.lake.access_key,
                                                       "LAKEGATE_LAKE_SECRET_KEY": self.lake.secret_key}
-        env = gateway_environment({**self.env, **keys})
+        env = gateway_environment({**ADMIN_ENV, **self.env, **keys})  # LAKEGATE_* reach the nodes
         cmd = [*self.command_prefix, sys.executable, "-m", "gateway.cli", "cluster", command,
                "--dir", str(self.dir), *args]
         done = subprocess.run(cmd, cwd=self.workdir, env=env, capture_output=True, text=True, check=False,
@@ -240,9 +240,12 @@ class LocalCluster:
         return result
 
     def _get(self, url: str, path: str) -> dict[str, Any]:
-        with urllib.request.urlopen(url + path, timeout=10) as response:
-            result: dict[str, Any] = json.loads(response.read())
+        result: dict[str, Any] = admin_get_json(url + path)
         return result
+
+    def admin(self, node_id: str, path: str) -> Any:
+        """GET ``path`` (``/_lakegate/admin/...``, with its query) of a node, signed with the admin key."""
+        return admin_get_json(self.urls[node_id] + path)
 
     def admin_stats(self, node_id: str) -> dict[str, Any]:
         return self._get(self.urls[node_id], "/_lakegate/admin/stats")

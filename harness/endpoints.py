@@ -1,10 +1,14 @@
 """S3 endpoints and who calls them: an endpoint with its keys, the tenants the tests and
-benchmarks write into a gateway's tenants file, the conformance suite's targets (with boto3
-clients), and uniquely named buckets that are emptied and deleted afterwards.
+benchmarks write into a gateway's tenants file, the admin credential every gateway the harness
+starts is given (and the one signed GET of an admin endpoint), the conformance suite's targets
+(with boto3 clients), and uniquely named buckets that are emptied and deleted afterwards.
 """
 
 from __future__ import annotations
 
+import json
+import ssl
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials
 
 from gateway import tenants as gateway_tenants
 
@@ -52,6 +59,28 @@ def tenants_toml(tenants: Sequence[Tenant]) -> str:
 
 ALICE = Tenant("alice", "AKIDALICE00000000001", "alice-secret-0123456789")  # the tests' tenant
 BENCH_TENANT = Tenant("bench", "BENCHACCESSKEY000001", "bench-secret-0123456789")
+
+# the admin credential of every gateway the harness starts (harness/gateway.py, harness/cluster.py)
+ADMIN_ACCESS_KEY = "LAKEGATEADMINKEY0001"
+ADMIN_SECRET_KEY = "admin-secret-0123456789abcdef"
+ADMIN_ENV = {"LAKEGATE_ADMIN_ACCESS_KEY": ADMIN_ACCESS_KEY, "LAKEGATE_ADMIN_SECRET_KEY": ADMIN_SECRET_KEY}
+
+
+def admin_signed(url: str, method: str = "GET", *, access_key: str = ADMIN_ACCESS_KEY,
+                 secret_key: str = ADMIN_SECRET_KEY) -> AWSRequest:
+    """``url`` signed the way the gateway's admin check reads it: SigV4 by botocore, service s3."""
+    request = AWSRequest(method, url)
+    S3SigV4Auth(Credentials(access_key, secret_key), "s3", REGION).add_auth(request)
+    return request
+
+
+def admin_get_json(url: str, *, timeout: float = 10.0, ca_bundle: str | None = None) -> Any:
+    """GET an admin endpoint (``http(s)://host:port/_lakegate/admin/...``) with the admin key, as JSON."""
+    signed = admin_signed(url)
+    request = urllib.request.Request(url, headers=dict(signed.headers.items()))
+    context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+        return json.load(response)
 
 
 @dataclass(frozen=True)

@@ -4,20 +4,19 @@
     endpoint = gateway.start()      # returns once GET /_lakegate/health answers 200
     gateway.url, gateway.pid, gateway.log_path, gateway.cache_dir
     gateway.target("gw-rgw", "rgw") a conformance Target through it (the first tenant's keys)
-    gateway.admin_stats()           GET /_lakegate/admin/stats
+    gateway.admin_stats()           GET /_lakegate/admin/stats, signed with the admin key
     gateway.stop()                  SIGTERM, then SIGKILL after ``stop_timeout``
 
 The lake is an S3 endpoint (its keys go on the command line) or a ``dir:PATH`` folder lake.
 The process runs in ``workdir`` (given, and kept; or a temp dir removed by :meth:`stop`), which
 holds the tenants file, the log and by default the cache, so no stray .env is read; its
-environment carries no AWS_/S3_/LAKEGATE_ variables but ``env``
-(processes.gateway_environment). A gateway still running at exit is stopped
+environment carries no AWS_/S3_/LAKEGATE_ variables but the harness's admin key pair
+(endpoints.ADMIN_ENV, for :meth:`admin_stats`) and ``env`` (processes.gateway_environment). A gateway still running at exit is stopped
 (processes.on_exit).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import ssl
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from harness.endpoints import BENCH_TENANT, REGION, S3Endpoint, Target, Tenant, tenants_toml
+from harness.endpoints import ADMIN_ENV, BENCH_TENANT, REGION, S3Endpoint, Target, Tenant, admin_get_json, tenants_toml
 from harness.ports import free_port
 from harness.processes import cancel_on_exit, gateway_environment, lakegate_command, log, on_exit, terminate
 
@@ -110,7 +109,7 @@ class Gateway:
         with open(self.log_path, "ab") as out:
             out.write(f"$ {' '.join(cmd)}\n".encode())
             out.flush()
-            self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=gateway_environment(self.env),
+            self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=gateway_environment({**ADMIN_ENV, **self.env}),
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         self._wait_healthy()
@@ -179,8 +178,7 @@ class Gateway:
 
     def admin_stats(self) -> dict[str, Any]:
         """GET /_lakegate/admin/stats (cache counters per tenant, L1 store figures)."""
-        with urllib.request.urlopen(self.url + ADMIN_STATS_PATH, timeout=10) as response:
-            result: dict[str, Any] = json.loads(response.read())
+        result: dict[str, Any] = admin_get_json(self.url + ADMIN_STATS_PATH, ca_bundle=self.ca_bundle)
         return result
 
     def tenant_cache_counters(self, tenant: Tenant = BENCH_TENANT) -> dict[str, int]:

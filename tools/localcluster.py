@@ -351,11 +351,22 @@ def _summary(state: ClusterState, args: argparse.Namespace) -> str:
     lines += [
         f"S3 endpoints: any node above, with a tenant's keys ({tenants}), e.g.",
         f"  aws --endpoint-url {state.nodes[0].url} s3 ls",
+        _admin_line(state),
         f"state (pids, cluster secret): {state.path} (mode 0600)",
         f"status: lakegate cluster status --dir {state.dir}",
         f"stop:   lakegate cluster down --dir {state.dir}",
     ]
     return "\n".join(lines)
+
+
+def _admin_line(state: ClusterState) -> str:
+    """How to read a node's /_lakegate/admin/* (the access key the nodes were given, no secret)."""
+    access_key = state.env.get("LAKEGATE_ADMIN_ACCESS_KEY")
+    if access_key:
+        return f"admin endpoints: {state.nodes[0].url}/_lakegate/admin/stats, SigV4 (service s3) with access key {access_key}"
+    if state.env.get("LAKEGATE_ADMIN_TOKEN_FILE"):
+        return "admin endpoints: Authorization: Bearer <the token in LAKEGATE_ADMIN_TOKEN_FILE>"
+    return "admin endpoints: off (403); export LAKEGATE_ADMIN_ACCESS_KEY and LAKEGATE_ADMIN_SECRET_KEY before `up`"
 
 
 def _down(args: argparse.Namespace) -> None:

@@ -21,12 +21,9 @@ from typing import Any
 import pytest
 from conformance import boto3_defaults_only, fresh_bucket, target_client
 from harness.endpoints import ALICE, Target
-from inprocess import AsgiBridge
+from inprocess import AsgiBridge, lakegate_app
 
-from cachetier.lake import Lake
 from cachetier.lake.memory import MemoryLake
-from gateway.app import LakegateApp
-from gateway.settings import Settings
 
 ASGI_TARGETS = ("asgi-dir", "asgi-memory")
 # No socket is opened: the port only completes the endpoint's URL (the suite's virtual-host
@@ -46,23 +43,6 @@ class InProcessTarget(Target):
         # last: the suite's own handlers (recording headers, rewriting the Host) run first
         client.meta.events.register_last("before-send.s3", self.bridge.send)
         return client
-
-
-def _app(folder: Path, lake: Lake | None, **overrides: object) -> LakegateApp:
-    """The app as `lakegate serve` builds it; ``lake`` None: its folder lake in ``folder``;
-    ``overrides``: settings besides these (``sigv2=False``)."""
-    tenants = folder / "tenants.toml"
-    tenants.write_text(ALICE.to_toml())
-    settings = Settings.load(
-        _env_file=None,  # a developer's .env must not change the app
-        lake=f"dir:{folder / 'lake'}",
-        tenants_file=tenants,
-        cache_dir=folder / "cache",
-        virtual_host_suffixes="localhost",
-        access_log=False,
-        **overrides,
-    )
-    return LakegateApp(settings, lake=lake)
 
 
 def _no_network(*_: Any) -> None:
@@ -102,7 +82,7 @@ def sigv2_off_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Targe
 def _in_process(name: str, folder: Path, **overrides: object) -> Iterator[InProcessTarget]:
     """The target ``name`` (an ASGI_TARGETS one), its app started while the generator runs."""
     lake = MemoryLake() if name == "asgi-memory" else None
-    bridge = AsgiBridge(_app(folder, lake, **overrides))
+    bridge = AsgiBridge(lakegate_app(folder, lake, **overrides))
     bridge.start()
     try:
         yield InProcessTarget(

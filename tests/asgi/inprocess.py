@@ -6,7 +6,8 @@ call and answers with an ``AWSResponse``, so botocore never opens a connection. 
 both ways: the request body is read from botocore's body (bytes or a file-like object, e.g.
 aws-chunked) piece by piece as the app asks for it, and the response body reaches the client
 as the app sends it (a queue between the loop and the caller's thread), so a streamed GET is
-read while the app is still sending, as over a socket.
+read while the app is still sending, as over a socket. ``lakegate_app`` is the app it serves,
+built from Settings as `lakegate serve` builds it, with ALICE as the one tenant.
 """
 
 from __future__ import annotations
@@ -17,10 +18,16 @@ import io
 import queue
 import threading
 from collections.abc import Callable, Coroutine, Iterator, MutableMapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
+from harness.endpoints import ALICE
+
+from cachetier.lake import Lake
+from gateway.app import LakegateApp
+from gateway.settings import Settings
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Coroutine[Any, Any, Message]]
@@ -217,3 +224,20 @@ class AsgiBridge:
         asyncio.run_coroutine_threadsafe(self._serve(_scope(request, self._state), exchange), self._loop)
         status, headers = exchange.head.result(TIMEOUT_S)
         return AWSResponse(request.url, status, headers, _ResponseBody(exchange.pieces))
+
+
+def lakegate_app(folder: Path, lake: Lake | None = None, **overrides: object) -> LakegateApp:
+    """The app as `lakegate serve` builds it; ``lake`` None: its folder lake in ``folder``;
+    ``overrides``: settings besides these (``sigv2=False``)."""
+    tenants = folder / "tenants.toml"
+    tenants.write_text(ALICE.to_toml())
+    settings = Settings.load(
+        _env_file=None,  # a developer's .env must not change the app
+        lake=f"dir:{folder / 'lake'}",
+        tenants_file=tenants,
+        cache_dir=folder / "cache",
+        virtual_host_suffixes="localhost",
+        access_log=False,
+        **overrides,
+    )
+    return LakegateApp(settings, lake=lake)

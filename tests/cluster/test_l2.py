@@ -33,18 +33,13 @@ FAILURE_TIMEOUT_S = 3.0  # the nodes' default LAKEGATE_FAILURE_TIMEOUT
 HEARTBEAT_S = 1.0
 
 
-def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.load(response)
-
-
 def locate(cluster: LocalCluster, node: str, bucket: str, key: str, index: int = 0, etag: str | None = None) -> Any:
     query = {"bucket": bucket, "key": key, "index": index} | ({"etag": etag} if etag else {})
-    return _get_json(f"{cluster.urls[node]}/_lakegate/admin/locate?{urllib.parse.urlencode(query)}")
+    return cluster.admin(node, f"/_lakegate/admin/locate?{urllib.parse.urlencode(query)}")
 
 
 def ring(cluster: LocalCluster, node: str) -> Any:
-    return _get_json(f"{cluster.urls[node]}/_lakegate/admin/cluster")
+    return cluster.admin(node, "/_lakegate/admin/cluster")
 
 
 def wait_until(condition: Any, timeout: float, interval: float = 0.05) -> float:

@@ -19,6 +19,7 @@ from gateway import wiring
 from gateway.app import LakegateApp
 from gateway.settings import ClusterSettings, Settings
 from gateway.tenants import TenantDirectory
+from harness.endpoints import ADMIN_ACCESS_KEY, ADMIN_SECRET_KEY, admin_signed
 
 ROOT = Path(__file__).resolve().parents[2]
 TENANTS = ROOT / "deploy" / "tenants.example.toml"
@@ -106,14 +107,19 @@ def test_a_lake_passed_in_is_the_callers_to_close(tmp_path: Path, events: list[s
 
 
 def test_the_app_serves_admin_answers_from_the_running_node(tmp_path: Path, events: list[str]) -> None:
-    app = LakegateApp(_settings(tmp_path, peers=NOWHERE, cluster_secret=SECRET, node_id="n1"))
+    admin = {"admin_access_key": ADMIN_ACCESS_KEY, "admin_secret_key": ADMIN_SECRET_KEY}
+    app = LakegateApp(_settings(tmp_path, peers=NOWHERE, cluster_secret=SECRET, node_id="n1", **admin))
 
     async def main() -> dict[str, Any]:
         transport = httpx2.ASGITransport(app)  # type: ignore[arg-type]
         async with app.running(), httpx2.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            stats = (await client.get("/_lakegate/admin/stats")).json()
-            where = (await client.get("/_lakegate/admin/locate", params={"bucket": "b", "key": "k"})).json()
-            cluster = (await client.get("/_lakegate/admin/cluster")).json()
+
+            async def get(path: str) -> httpx2.Response:  # signed with the admin key
+                return await client.get(path, headers=dict(admin_signed(f"http://localhost{path}").headers.items()))
+
+            stats = (await get("/_lakegate/admin/stats")).json()
+            where = (await get("/_lakegate/admin/locate?bucket=b&key=k")).json()
+            cluster = (await get("/_lakegate/admin/cluster")).json()
             metrics = (await client.get("/metrics")).text
         return {"stats": stats, "where": where, "cluster": cluster, "metrics": metrics}
 
