@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from collections.abc import Mapping
@@ -10,6 +11,9 @@ from typing import NoReturn
 
 from gateway.settings import Settings, SettingsError
 from gateway.tenants import TenantDirectory, TenantsFileError
+
+# files a node holds besides client connections: lake and peer connections, cache files, logs
+_OTHER_FILES = 256
 
 # flag -> settings field; flags override LAKEGATE_* environment variables
 _SERVE_FLAGS = {
@@ -100,6 +104,7 @@ def serve(settings: Settings) -> None:
 
     from gateway.app import LakegateApp
     from gateway.httpserver import LakegateHttpProtocol
+    from gateway.process import raise_open_files_limit
 
     server = settings.server
     tenants = load_tenants(settings)
@@ -107,17 +112,25 @@ def serve(settings: Settings) -> None:
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per peer and lake request otherwise
     app = LakegateApp(settings, tenants=tenants)
     print(_banner(settings, tenants), flush=True)
+    open_files = raise_open_files_limit()
+    wanted = server.http.max_connections + _OTHER_FILES
+    if open_files < wanted:
+        logging.getLogger("lakegate").warning(
+            "open files limit %d is below LAKEGATE_MAX_CONNECTIONS + %d (%d): connections past it fail to be "
+            "accepted instead of getting 503 SlowDown; raise it (ulimit -n) or lower LAKEGATE_MAX_CONNECTIONS",
+            open_files, _OTHER_FILES, wanted)
     uvicorn.run(
         app,
         host=server.host,
         port=server.port,
-        http=LakegateHttpProtocol,  # uvicorn's httptools protocol; a GET's head and first bytes in one write
+        # uvicorn's httptools protocol within the HTTP limits; a GET's head and first bytes in one write
+        # (uvicorn calls http= with its own arguments; a partial adds the limits)
+        http=functools.partial(LakegateHttpProtocol, limits=server.http),  # type: ignore[arg-type]
         log_level=server.log_level,
         access_log=False,  # ours (lakegate.access) leaves out query strings, which may hold signatures
         ssl_certfile=str(server.tls_cert) if server.tls_cert else None,
         ssl_keyfile=str(server.tls_key) if server.tls_key else None,
         server_header=False,
-        timeout_keep_alive=30,
     )
 
 
