@@ -126,6 +126,7 @@ def serve(settings: Settings) -> None:
         # uvicorn's httptools protocol within the HTTP limits; a GET's head and first bytes in one write
         # (uvicorn calls http= with its own arguments; a partial adds the limits)
         http=functools.partial(LakegateHttpProtocol, limits=server.http),  # type: ignore[arg-type]
+        ws="none",  # no WebSocket: an Upgrade request would leave the protocol and its limits
         log_level=server.log_level,
         access_log=False,  # ours (lakegate.access) leaves out query strings, which may hold signatures
         ssl_certfile=str(server.tls_cert) if server.tls_cert else None,

@@ -14,6 +14,8 @@ import dataclasses
 import http
 import os
 
+from prometheus_client import Counter
+
 from cachetier.errors import S3Error, SlowDown
 from gateway.s3 import errors
 from gateway.s3.config import FrontendConfig
@@ -41,15 +43,20 @@ class HttpLimits:
 class Refusal:
     """Why the HTTP layer refused a request or connection: the S3 error and the plain status."""
 
+    reason: str  # the metric's label
     s3_error: type[S3Error]
     plain: http.HTTPStatus
 
 
-HEADER_SECTION_TOO_LARGE = Refusal(errors.RequestHeaderSectionTooLarge, http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
-TOO_MANY_HEADERS = HEADER_SECTION_TOO_LARGE  # S3 has no code of its own for a count
-REQUEST_LINE_TOO_LONG = Refusal(errors.InvalidURI, http.HTTPStatus.REQUEST_URI_TOO_LONG)
-HEADER_TIMEOUT = Refusal(errors.RequestTimeout, http.HTTPStatus.REQUEST_TIMEOUT)
-TOO_MANY_CONNECTIONS = Refusal(SlowDown, http.HTTPStatus.SERVICE_UNAVAILABLE)
+_TOO_LARGE = http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+HEADER_SECTION_TOO_LARGE = Refusal("header_bytes", errors.RequestHeaderSectionTooLarge, _TOO_LARGE)
+TOO_MANY_HEADERS = Refusal("headers", errors.RequestHeaderSectionTooLarge, _TOO_LARGE)  # S3 has no code for a count
+REQUEST_LINE_TOO_LONG = Refusal("request_line", errors.InvalidURI, http.HTTPStatus.REQUEST_URI_TOO_LONG)
+HEADER_TIMEOUT = Refusal("header_timeout", errors.RequestTimeout, http.HTTPStatus.REQUEST_TIMEOUT)
+TOO_MANY_CONNECTIONS = Refusal("connections", SlowDown, http.HTTPStatus.SERVICE_UNAVAILABLE)
+
+# by reason: a Refusal's, or "send_timeout" for a connection aborted because its client stopped reading
+REFUSED = Counter("lakegate_http_refused_total", "requests and connections the HTTP layer refused or ended", ["reason"])
 
 
 def is_s3_target(target: bytes) -> bool:

@@ -145,7 +145,10 @@ class LakegateHttpProtocol(HttpToolsProtocol):
         if self._discarding:
             self._linger_left -= len(data)
             if self._linger_left < 0:
-                self.transport.close()
+                if self._linger_timer is not None:  # the answer is out: enough lingering
+                    self.transport.close()
+                else:  # a response is still going out: the client waits for it unheard
+                    self.flow.pause_reading()
             return
         view = memoryview(data)
         while view and not self._discarding and self.parser is not None:
@@ -258,6 +261,7 @@ class LakegateHttpProtocol(HttpToolsProtocol):
     def _send_stalled(self) -> None:
         self._send_timer = None
         log.info("aborting a connection whose client read nothing for %ss (LAKEGATE_SEND_TIMEOUT)", self.limits.send_timeout)
+        httplimits.REFUSED.labels("send_timeout").inc()
         self.transport.abort()
 
     # -- refusing
@@ -265,6 +269,7 @@ class LakegateHttpProtocol(HttpToolsProtocol):
     def _refuse(self, refusal: Refusal, s3: bool) -> None:
         """Answers a refused request (or connection) and closes after a bounded lingering: what
         the client still sends is discarded, so that it reads the answer rather than a reset."""
+        httplimits.REFUSED.labels(refusal.reason).inc()
         self._discarding = True
         self._head_open = False
         if self._header_timer is not None:
@@ -273,6 +278,7 @@ class LakegateHttpProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         if self.transport.is_closing():
             return
+        self._linger_left = self.limits.linger_bytes
         if self.cycle is not None and not self.cycle.response_complete or self.pipeline:
             # a response is under way on this connection: no answer can go between; it is the last
             self.cycle.keep_alive = False
@@ -281,7 +287,6 @@ class LakegateHttpProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.flow.resume_reading()
-        self._linger_left = self.limits.linger_bytes
         self._linger_timer = self.loop.call_later(self.limits.linger_seconds, self.transport.close)
 
 
@@ -293,5 +298,8 @@ def _body_length(headers: list[tuple[bytes, bytes]]) -> int | None:
         if name == b"transfer-encoding":
             return None
         if name == b"content-length":
-            length = int(value)
+            try:
+                length = int(value)
+            except ValueError:
+                return None  # not one the parser passes; sliced as an unknown length if it did
     return length

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from doubles import FakeTransport
+from prometheus_client import REGISTRY
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
@@ -40,6 +41,8 @@ class Served:
 
     def __init__(self, limits: HttpLimits, state: ServerState | None = None) -> None:
         self.requests: list[tuple[str, bytes]] = []
+        self.answering = asyncio.Event()  # cleared: the app waits before it answers
+        self.answering.set()
         self.transport = FakeTransport()
         config = Config(app=self.app, proxy_headers=False, lifespan="off", interface="asgi3")
         loop = asyncio.get_running_loop()
@@ -56,6 +59,7 @@ class Served:
             if not message.get("more_body"):
                 break
         self.requests.append((scope["path"], body))
+        await self.answering.wait()
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
 
@@ -225,7 +229,9 @@ def test_a_connection_past_the_bound_gets_slowdown_and_is_closed() -> None:
         state = ServerState()
         limits = HttpLimits(max_connections=2, linger_seconds=0.05)
         first, second = Served(limits, state), Served(limits, state)
+        before = REGISTRY.get_sample_value("lakegate_http_refused_total", {"reason": "connections"}) or 0
         third = Served(limits, state)
+        assert REGISTRY.get_sample_value("lakegate_http_refused_total", {"reason": "connections"}) == before + 1
         assert first.transport.written == second.transport.written == b""
         assert third.status == 503 and third.s3_code() == "SlowDown"
         assert b"Please reduce your request rate." in third.transport.written
@@ -234,5 +240,32 @@ def test_a_connection_past_the_bound_gets_slowdown_and_is_closed() -> None:
         assert third.requests == [] and third.parser.fed == 0  # discarded, never parsed
         await asyncio.sleep(0.1)
         assert third.transport.closed
+
+    run(test)
+
+
+def test_a_head_refused_while_a_response_is_under_way_gets_no_answer_between_and_the_connection_ends_after_it() -> None:
+    async def test() -> None:
+        served = Served(FAST)
+        served.answering.clear()
+        served.send(head("/b/slow"))
+        await asyncio.sleep(0.01)
+        served.send(b"GET /b/next HTTP/1.1\r\nX-Big: " + b"a" * (8 << 20))  # refused; the rest discarded
+        assert served.transport.written == b"" and not served.transport.is_closing()
+        served.answering.set()
+        await asyncio.sleep(0.01)
+        assert served.transport.written.startswith(b"HTTP/1.1 200 OK") and served.transport.written.count(b"HTTP/1.1") == 1
+        assert served.transport.closed and [path for path, _ in served.requests] == ["/b/slow"]
+
+    run(test)
+
+
+def test_bytes_that_begin_no_request_do_not_keep_a_connection_open() -> None:
+    async def test() -> None:
+        served = Served(FAST)
+        for _ in range(10):  # empty lines before a request line, which the parser skips
+            served.send(b"\r\n")
+            await asyncio.sleep(0.02)
+        assert served.transport.closed and served.requests == []
 
     run(test)
