@@ -112,13 +112,9 @@ def serve(settings: Settings) -> None:
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per peer and lake request otherwise
     app = LakegateApp(settings, tenants=tenants)
     print(_banner(settings, tenants), flush=True)
-    open_files = raise_open_files_limit()
-    wanted = server.http.max_connections + _OTHER_FILES
-    if open_files < wanted:
-        logging.getLogger("lakegate").warning(
-            "open files limit %d is below LAKEGATE_MAX_CONNECTIONS + %d (%d): connections past it fail to be "
-            "accepted instead of getting 503 SlowDown; raise it (ulimit -n) or lower LAKEGATE_MAX_CONNECTIONS",
-            open_files, _OTHER_FILES, wanted)
+    warning = open_files_warning(raise_open_files_limit(), server.http.max_connections)
+    if warning:
+        logging.getLogger("lakegate").warning(warning)
     uvicorn.run(
         app,
         host=server.host,
@@ -133,6 +129,16 @@ def serve(settings: Settings) -> None:
         ssl_keyfile=str(server.tls_key) if server.tls_key else None,
         server_header=False,
     )
+
+
+def open_files_warning(open_files: int, max_connections: int) -> str | None:
+    """What to warn of when the open files limit leaves no room for LAKEGATE_MAX_CONNECTIONS."""
+    wanted = max_connections + _OTHER_FILES
+    if open_files >= wanted:
+        return None
+    return (f"open files limit {open_files} is below LAKEGATE_MAX_CONNECTIONS + {_OTHER_FILES} ({wanted}): "
+            "connections past it fail to be accepted instead of getting 503 SlowDown; raise it (ulimit -n) "
+            "or lower LAKEGATE_MAX_CONNECTIONS")
 
 
 def _serve_command(args: argparse.Namespace) -> None:

@@ -86,6 +86,9 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
+_WARN_EVERY = 10.0  # seconds between log lines about refused connections
+
+
 class _Refused(Exception):
     """Raised in a parser callback to stop the parser; the refusal is on the protocol."""
 
@@ -99,6 +102,8 @@ class LakegateHttpProtocol(HttpToolsProtocol):
     what the allowance has left. Between requests a slice is at most one allowance long, or
     exactly the rest of a body of known length, so that a body is fed in one piece."""
 
+    _warned_at = float("-inf")  # when a refused connection was last logged, by any connection
+
     def __init__(
         self,
         config: Config,
@@ -110,7 +115,8 @@ class LakegateHttpProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.limits = limits
-        self.timeout_keep_alive = limits.idle_timeout  # type: ignore[assignment]  # (uvicorn says int; call_later takes seconds) armed from connection_made on, not only after a response
+        # uvicorn's keep-alive timer, armed from connection_made on too (uvicorn types it int)
+        self.timeout_keep_alive = limits.idle_timeout  # type: ignore[assignment]
         self._head_open = False
         self._head_bytes = 0  # of the open head, fed so far (an upper bound)
         self._head_before_slice = 0  # of those, fed before the slice being fed
@@ -128,7 +134,9 @@ class LakegateHttpProtocol(HttpToolsProtocol):
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
         if len(self.connections) > self.limits.max_connections:
             self.connections.discard(self)  # it is gone in a moment: no place among those served
-            log.warning("refusing a connection: %d open (LAKEGATE_MAX_CONNECTIONS)", self.limits.max_connections)
+            if self.loop.time() - LakegateHttpProtocol._warned_at > _WARN_EVERY:  # not a line per connection in a flood
+                LakegateHttpProtocol._warned_at = self.loop.time()
+                log.warning("refusing connections: %d open (LAKEGATE_MAX_CONNECTIONS)", self.limits.max_connections)
             self._refuse(httplimits.TOO_MANY_CONNECTIONS, s3=True)
             return
         self._arm_idle_timer()
