@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from collections.abc import Mapping
@@ -11,6 +12,9 @@ from typing import NoReturn
 from gateway.admin import SETTINGS_HINT, AdminKeyIsTenantKey, check_not_a_tenant_key
 from gateway.settings import Settings, SettingsError
 from gateway.tenants import TenantDirectory, TenantsFileError
+
+# files a node holds besides client connections: lake and peer connections, cache files, logs
+_OTHER_FILES = 256
 
 # flag -> settings field; flags override LAKEGATE_* environment variables
 _SERVE_FLAGS = {
@@ -125,6 +129,7 @@ def serve(settings: Settings) -> None:
 
     from gateway.app import LakegateApp
     from gateway.httpserver import LakegateHttpProtocol
+    from gateway.process import raise_open_files_limit
 
     server = settings.server
     tenants = load_tenants(settings)
@@ -132,18 +137,33 @@ def serve(settings: Settings) -> None:
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per peer and lake request otherwise
     app = LakegateApp(settings, tenants=tenants)
     print(_banner(settings, tenants), flush=True)
+    warning = open_files_warning(raise_open_files_limit(), server.http.max_connections)
+    if warning:
+        logging.getLogger("lakegate").warning(warning)
     uvicorn.run(
         app,
         host=server.host,
         port=server.port,
-        http=LakegateHttpProtocol,  # uvicorn's httptools protocol; a GET's head and first bytes in one write
+        # uvicorn's httptools protocol within the HTTP limits; a GET's head and first bytes in one write
+        # (uvicorn calls http= with its own arguments; a partial adds the limits)
+        http=functools.partial(LakegateHttpProtocol, limits=server.http),  # type: ignore[arg-type]
+        ws="none",  # no WebSocket: an Upgrade request would leave the protocol and its limits
         log_level=server.log_level,
         access_log=False,  # ours (lakegate.access) leaves out query strings, which may hold signatures
         ssl_certfile=str(server.tls_cert) if server.tls_cert else None,
         ssl_keyfile=str(server.tls_key) if server.tls_key else None,
         server_header=False,
-        timeout_keep_alive=30,
     )
+
+
+def open_files_warning(open_files: int, max_connections: int) -> str | None:
+    """What to warn of when the open files limit leaves no room for LAKEGATE_MAX_CONNECTIONS."""
+    wanted = max_connections + _OTHER_FILES
+    if open_files >= wanted:
+        return None
+    return (f"open files limit {open_files} is below LAKEGATE_MAX_CONNECTIONS + {_OTHER_FILES} ({wanted}): "
+            "connections past it fail to be accepted instead of getting 503 SlowDown; raise it (ulimit -n) "
+            "or lower LAKEGATE_MAX_CONNECTIONS")
 
 
 def _serve_command(args: argparse.Namespace) -> None:

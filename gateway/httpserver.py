@@ -9,14 +9,28 @@ that follows in the same turn goes out with it in one ``writelines``. lakegate s
 head and first body bytes in the same turn, so they leave as one; a response with no body to
 follow (a HEAD, an error) leaves at the end of the turn, microseconds later. Measured on a cold
 64 MiB GET: the client's first byte is no longer delayed by a wake-up for the head alone.
+
+The protocol also holds each connection to :class:`gateway.httplimits.HttpLimits`, before the
+parser: httptools gathers a header's value whole before any callback, so a head is fed to it
+in slices no larger than what its allowance has left, and a refused request never starts the
+app. The answers past each bound are :mod:`gateway.httplimits`'.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
+import httptools
+from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from gateway import httplimits
+from gateway.httplimits import HttpLimits, Refusal
+
+log = logging.getLogger("lakegate.http")
 
 # Writes up to this size wait for a follower within the turn: a response head (lakegate's are
 # well under 2 KiB). Larger ones go out at once, after anything waiting.
@@ -72,8 +86,228 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
+_WARN_EVERY = 10.0  # seconds between log lines about refused connections
+
+
+class _Refused(Exception):
+    """Raised in a parser callback to stop the parser; the refusal is on the protocol."""
+
+
 class LakegateHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol on a ``CoalescingTransport``."""
+    """uvicorn's httptools protocol on a ``CoalescingTransport``, within ``HttpLimits``.
+
+    A request head is open from the parser's ``on_message_begin`` to ``on_headers_complete``.
+    The bytes fed while it is open are counted (an upper bound: in a slice where it began, the
+    bytes of heads and bodies finished before it are taken off), and no slice is longer than
+    what the allowance has left. Between requests a slice is at most one allowance long, or
+    exactly the rest of a body of known length, so that a body is fed in one piece."""
+
+    _warned_at = float("-inf")  # when a refused connection was last logged, by any connection
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        limits: HttpLimits = HttpLimits(),
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.limits = limits
+        # uvicorn's keep-alive timer, armed from connection_made on too (uvicorn types it int)
+        self.timeout_keep_alive = limits.idle_timeout  # type: ignore[assignment]
+        self._head_open = False
+        self._head_bytes = 0  # of the open head, fed so far (an upper bound)
+        self._head_before_slice = 0  # of those, fed before the slice being fed
+        self._head_began_in_slice = False
+        self._finished_in_slice = 0  # bytes of the slice in heads and bodies finished in it
+        self._body_left: int | None = 0  # of the current request's body, unfed; None: chunked
+        self._refusal: Refusal | None = None  # set by a callback that stops the parser
+        self._discarding = False  # refused: what still arrives is dropped, unparsed
+        self._linger_left = 0
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._linger_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        if len(self.connections) > self.limits.max_connections:
+            self.connections.discard(self)  # it is gone in a moment: no place among those served
+            if self.loop.time() - LakegateHttpProtocol._warned_at > _WARN_EVERY:  # not a line per connection in a flood
+                LakegateHttpProtocol._warned_at = self.loop.time()
+                log.warning("refusing connections: %d open (LAKEGATE_MAX_CONNECTIONS)", self.limits.max_connections)
+            self._refuse(httplimits.TOO_MANY_CONNECTIONS, s3=True)
+            return
+        self._arm_idle_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in (self._header_timer, self._send_timer, self._linger_timer):
+            if timer is not None:
+                timer.cancel()
+        super().connection_lost(exc)
+
+    # -- reading, within the head's allowance
+
+    def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            self._linger_left -= len(data)
+            if self._linger_left < 0:
+                if self._linger_timer is not None:  # the answer is out: enough lingering
+                    self.transport.close()
+                else:  # a response is still going out: the client waits for it unheard
+                    self.flow.pause_reading()
+            return
+        view = memoryview(data)
+        while view and not self._discarding and self.parser is not None:
+            piece = view[: self._slice_length()]
+            view = view[len(piece) :]
+            if not self._feed(piece):
+                return
+
+    def _slice_length(self) -> int:
+        if self._head_open:
+            return self.limits.max_header_bytes - self._head_bytes
+        if self._body_left:
+            return self._body_left
+        return self.limits.max_header_bytes
+
+    def _feed(self, piece: memoryview) -> bool:
+        """Feeds one slice to the parser; False when the connection reads no further."""
+        self._head_before_slice = self._head_bytes if self._head_open else 0
+        self._head_began_in_slice = False
+        self._finished_in_slice = 0
+        try:
+            self.parser.feed_data(piece)
+        except httptools.HttpParserError:
+            if self._refusal is not None:  # raised by one of ours (a callback error)
+                self._refuse(self._refusal, httplimits.is_s3_target(self.url))
+                return False
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+            return False
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return False
+        if self._head_open:
+            if self._head_began_in_slice:
+                self._head_bytes = len(piece) - self._finished_in_slice
+            else:
+                self._head_bytes += len(piece)
+            if self._head_bytes >= self.limits.max_header_bytes:  # and not ended: past the bound
+                self._refuse(httplimits.HEADER_SECTION_TOO_LARGE, httplimits.is_s3_target(self.url))
+                return False
+        return True
+
+    # -- parser callbacks
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_open = self._head_began_in_slice = True
+        self._head_bytes = self._head_before_slice = 0
+        self._unset_keepalive_if_required()
+        self._header_timer = self.loop.call_later(self.limits.header_timeout, self._header_timed_out)
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > self.limits.max_request_line_bytes:
+            self._refusal = httplimits.REQUEST_LINE_TOO_LONG
+            raise _Refused()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        if len(self.headers) > self.limits.max_headers:
+            self._refusal = httplimits.TOO_MANY_HEADERS
+            raise _Refused()
+
+    def on_headers_complete(self) -> None:
+        if self._refusal is not None:  # never the app for a refused request
+            return
+        head = len(self.parser.get_method()) + len(self.url) + 12 + sum(len(n) + len(v) + 4 for n, v in self.headers) + 2
+        self._finished_in_slice += max(0, head - self._head_before_slice)
+        self._head_open = False
+        self._head_bytes = 0
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        self._body_left = _body_length(self.headers)
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._finished_in_slice += len(body)
+        if self._body_left is not None:
+            self._body_left = max(0, self._body_left - len(body))
+        super().on_body(body)
+
+    # -- timers
+
+    def _arm_idle_timer(self) -> None:
+        self._unset_keepalive_if_required()
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def _header_timed_out(self) -> None:
+        self._header_timer = None
+        if self.flow.read_paused:  # the head waits on us (pipelined behind a request), not on the client
+            self._header_timer = self.loop.call_later(self.limits.header_timeout, self._header_timed_out)
+            return
+        self._refuse(httplimits.HEADER_TIMEOUT, httplimits.is_s3_target(self.url))
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.limits.send_timeout, self._send_stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_stalled(self) -> None:
+        self._send_timer = None
+        log.info("aborting a connection whose client read nothing for %ss (LAKEGATE_SEND_TIMEOUT)", self.limits.send_timeout)
+        httplimits.REFUSED.labels("send_timeout").inc()
+        self.transport.abort()
+
+    # -- refusing
+
+    def _refuse(self, refusal: Refusal, s3: bool) -> None:
+        """Answers a refused request (or connection) and closes after a bounded lingering: what
+        the client still sends is discarded, so that it reads the answer rather than a reset."""
+        httplimits.REFUSED.labels(refusal.reason).inc()
+        self._discarding = True
+        self._head_open = False
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        self._unset_keepalive_if_required()
+        if self.transport.is_closing():
+            return
+        self._linger_left = self.limits.linger_bytes
+        if self.cycle is not None and not self.cycle.response_complete or self.pipeline:
+            # a response is under way on this connection: no answer can go between; it is the last
+            self.cycle.keep_alive = False
+            return
+        self.transport.write(httplimits.answer(refusal, s3))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.flow.resume_reading()
+        self._linger_timer = self.loop.call_later(self.limits.linger_seconds, self.transport.close)
+
+
+def _body_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The request body's length as its headers give it (the parser has checked them); None
+    when it is chunked."""
+    length = 0
+    for name, value in headers:
+        if name == b"transfer-encoding":
+            return None
+        if name == b"content-length":
+            try:
+                length = int(value)
+            except ValueError:
+                return None  # not one the parser passes; sliced as an unknown length if it did
+    return length

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import resource
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -25,3 +26,18 @@ def tune_malloc() -> bool:
     # CPU-s/GiB on hot 64 MiB reads); 32 MiB is glibc's largest threshold
     applied = libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20) == 1
     return bool(libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20) == 1 and applied)
+
+
+def raise_open_files_limit() -> int:
+    """Raises this process's soft limit on open files to its hard limit (a common default soft
+    limit, 1024, is below LAKEGATE_MAX_CONNECTIONS' default with the cache's and the lake's own
+    files); returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass  # kept as it was; the caller warns if it is too low
+    return soft

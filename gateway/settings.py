@@ -32,6 +32,7 @@ from cachetier.cluster.membership import parse_peers
 from cachetier.lake.s3.config import S3LakeConfig
 from cachetier.read.config import ReadConfig
 from gateway.admin import AdminConfig
+from gateway.httplimits import HttpLimits
 from gateway.s3.config import FrontendConfig
 
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -75,6 +76,13 @@ class Environment(BaseSettings):
     anonymous_read_buckets: str = ",".join(FrontendConfig.anonymous_buckets)
     max_clock_skew: int = Field(int(FrontendConfig.max_skew.total_seconds()), ge=1)
     max_header_bytes: int = Field(FrontendConfig.max_header_bytes, ge=1024)
+    # the HTTP layer's bounds (gateway.httplimits), before the front end sees a request
+    max_headers: int = Field(HttpLimits.max_headers, ge=16)
+    max_request_line_bytes: int = Field(HttpLimits.max_request_line_bytes, ge=1024)
+    header_timeout: float = Field(HttpLimits.header_timeout, gt=0)
+    idle_timeout: float = Field(HttpLimits.idle_timeout, gt=0)
+    send_timeout: float = Field(HttpLimits.send_timeout, gt=0)
+    max_connections: int = Field(HttpLimits.max_connections, ge=1)
     log_level: str = "info"
     access_log: bool = FrontendConfig.access_log
     sigv2: bool = FrontendConfig.sigv2
@@ -189,6 +197,7 @@ class ServerSettings:
     tenants_file: Path
     log_level: str
     frontend: FrontendConfig
+    http: HttpLimits = HttpLimits()
 
     @property
     def host(self) -> str:
@@ -312,6 +321,15 @@ def _server(env: Environment) -> ServerSettings:
             access_log=env.access_log,
             sigv2=env.sigv2,
             body_timeout=env.body_timeout,
+        ),
+        http=HttpLimits(
+            max_header_bytes=env.max_header_bytes,
+            max_headers=env.max_headers,
+            max_request_line_bytes=env.max_request_line_bytes,
+            header_timeout=env.header_timeout,
+            idle_timeout=env.idle_timeout,
+            send_timeout=env.send_timeout,
+            max_connections=env.max_connections,
         ),
     )
 

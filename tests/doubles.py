@@ -14,6 +14,7 @@ checked to conform there; what is here only exists for tests, in these sections:
     block stores                     test blocks (their bytes derived from their ids, in any
                                      process), capacities that hold n of them, the disk store's rows
     lakes on disk                    a DirLake's ETags and what it leaves in its temporary folder
+    transports                       an asyncio transport recording writes (tests/unit/test_http*.py)
 """
 
 from __future__ import annotations
@@ -311,3 +312,52 @@ def md5_etag(data: bytes) -> str:
 
 def leftovers(root: Path) -> list[str]:
     return os.listdir(root / ".tmp")
+
+
+# ---- transports
+
+
+class FakeTransport:
+    """An asyncio transport that records what would go on the wire, one entry per system call
+    (``calls``; ``written``: all of it), and whether it was closed, aborted, ended or paused."""
+
+    def __init__(self) -> None:
+        self.calls: list[bytes] = []
+        self.closed = self.aborted = self.eof = self.reading_paused = False
+
+    @property
+    def written(self) -> bytes:
+        return b"".join(self.calls)
+
+    def write(self, data: bytes) -> None:
+        self.calls.append(bytes(data))
+
+    def writelines(self, list_of_data: list[bytes]) -> None:
+        self.calls.append(b"".join(list_of_data))
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+    def pause_reading(self) -> None:
+        self.reading_paused = True
+
+    def resume_reading(self) -> None:
+        self.reading_paused = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 1234), "sockname": ("127.0.0.1", 9000)}.get(name, default)

@@ -210,6 +210,7 @@ def test_no_metric_label_takes_a_client_chosen_value(bridge: AsgiBridge) -> None
         "operation": set(HANDLERS) | {"Unknown"},
         "code": _error_codes(),
         "tenant": {ALICE.name, "anonymous"},
+        "reason": {"header_bytes", "headers", "request_line", "header_timeout", "connections", "send_timeout"},
     }
     seen: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(body.decode()):

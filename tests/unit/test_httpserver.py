@@ -6,39 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from doubles import FakeTransport
+
 from gateway.httpserver import _HOLD_MAX, CoalescingTransport
-
-
-class FakeTransport:
-    """Records what would go on the wire: one entry per system call."""
-
-    def __init__(self) -> None:
-        self.calls: list[bytes] = []
-        self.closed = self.aborted = self.eof = False
-
-    def write(self, data: bytes) -> None:
-        self.calls.append(bytes(data))
-
-    def writelines(self, list_of_data: list[bytes]) -> None:
-        self.calls.append(b"".join(list_of_data))
-
-    def is_closing(self) -> bool:
-        return self.closed or self.aborted
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def write_eof(self) -> None:
-        self.eof = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 1234)}.get(name, default)
 
 
 def on_a_loop(test: Any) -> None:
