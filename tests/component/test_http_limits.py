@@ -19,21 +19,9 @@ import pytest
 
 from harness.gateway import Gateway
 
-PORTS = range(22000, 23000)  # this suite's own
 IDLE_TIMEOUT = HEADER_TIMEOUT = 1.0
 BIG = 64 << 20
 CHUNK = 256 << 10
-
-
-def _port() -> int:
-    for port in PORTS:
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 22000-22999")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +30,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     (lake / "bucket").mkdir()
     env = {"LAKEGATE_ACCESS_LOG": "false", "LAKEGATE_IDLE_TIMEOUT": str(IDLE_TIMEOUT),
            "LAKEGATE_HEADER_TIMEOUT": str(HEADER_TIMEOUT)}
-    with Gateway(f"dir:{lake}", env=env, port=_port()) as gw:
+    with Gateway(f"dir:{lake}", env=env) as gw:
         yield gw
 
 
