@@ -179,11 +179,14 @@ def object_part(bucket: str, key: str, number: int, status: int, headers: Mappin
         parts = int_header(headers, "x-amz-mp-parts-count") if count is not None else None
         return ObjectPart(object_info(bucket, key, headers, size), number, first, last, parts)
     info = object_info(bucket, key, headers, int_header(headers, "content-length"))
+    if number == 1:
+        # Part 1 is the whole object: as AWS answers for an object not uploaded in parts, and, for
+        # one that was, what the lake itself serves (with no parts count, an SDK's multipart
+        # download then reads it whole, as it would from the lake directly).
+        return ObjectPart(info, 1, 0, info.size - 1, None)
     if "-" in info.etag:  # uploaded in parts, but the lake did not say where they lie
         raise Unimplemented("The lake does not serve an object's parts by number.")
-    if number != 1:
-        raise InvalidPartNumber()
-    return ObjectPart(info, 1, 0, info.size - 1, None)
+    raise InvalidPartNumber()
 
 
 def write_result(response: httpx2.Response) -> WriteResult:
