@@ -126,6 +126,11 @@ class LakegateHttpProtocol(HttpToolsProtocol):
         self._refusal: Refusal | None = None  # set by a callback that stops the parser
         self._discarding = False  # refused: what still arrives is dropped, unparsed
         self._linger_left = 0
+        self._head_length = 0  # of the open head: its request line and fields as parsed so far
+        self._head_started = 0.0  # loop time at which the open head began
+        # One lazy timer per connection, not one per request (a keep-alive connection's heads
+        # come many a second): armed when a head begins and none is, it checks on firing whether
+        # the head now open began more than header_timeout ago, and re-arms for the rest if not.
         self._header_timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
         self._linger_timer: asyncio.TimerHandle | None = None
@@ -208,17 +213,26 @@ class LakegateHttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._head_open = self._head_began_in_slice = True
         self._head_bytes = self._head_before_slice = 0
+        self._head_length = 12  # the request line's two spaces, "HTTP/1.1" and CRLF (the method: at its end)
+        self._head_started = self.loop.time()
         self._unset_keepalive_if_required()
-        self._header_timer = self.loop.call_later(self.limits.header_timeout, self._header_timed_out)
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_at(self._head_started + self.limits.header_timeout, self._header_check)
 
     def on_url(self, url: bytes) -> None:
-        super().on_url(url)
+        self.url += url
+        self._head_length += len(url)
         if len(self.url) > self.limits.max_request_line_bytes:
             self._refusal = httplimits.REQUEST_LINE_TOO_LONG
             raise _Refused()
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        super().on_header(name, value)
+        # uvicorn's own, inline (it runs for every field of every request), and the head's length
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
+        self._head_length += len(name) + len(value) + 4
         if len(self.headers) > self.limits.max_headers:
             self._refusal = httplimits.TOO_MANY_HEADERS
             raise _Refused()
@@ -226,13 +240,10 @@ class LakegateHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         if self._refusal is not None:  # never the app for a refused request
             return
-        head = len(self.parser.get_method()) + len(self.url) + 12 + sum(len(n) + len(v) + 4 for n, v in self.headers) + 2
+        head = self._head_length + len(self.parser.get_method()) + 2  # + the blank line
         self._finished_in_slice += max(0, head - self._head_before_slice)
         self._head_open = False
         self._head_bytes = 0
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
         self._body_left = _body_length(self.headers)
         super().on_headers_complete()
 
@@ -248,10 +259,15 @@ class LakegateHttpProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
-    def _header_timed_out(self) -> None:
+    def _header_check(self) -> None:
         self._header_timer = None
+        if not self._head_open or self._discarding:
+            return  # the next head arms it again
+        due = self._head_started + self.limits.header_timeout
         if self.flow.read_paused:  # the head waits on us (pipelined behind a request), not on the client
-            self._header_timer = self.loop.call_later(self.limits.header_timeout, self._header_timed_out)
+            due = self.loop.time() + self.limits.header_timeout
+        if due > self.loop.time():
+            self._header_timer = self.loop.call_at(due, self._header_check)
             return
         self._refuse(httplimits.HEADER_TIMEOUT, httplimits.is_s3_target(self.url))
 

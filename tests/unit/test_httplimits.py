@@ -201,6 +201,27 @@ def test_a_head_not_finished_within_the_header_timeout_is_answered_and_closed() 
     run(test)
 
 
+def test_each_head_on_a_keep_alive_connection_has_its_own_header_timeout() -> None:
+    """One timer per connection: a head begun late in the window of an earlier one is given its
+    whole timeout (not the earlier head's rest), and is refused once that has passed."""
+
+    async def test() -> None:
+        limits = HttpLimits(header_timeout=1.0, idle_timeout=10, linger_seconds=0.05)
+        served = Served(limits)
+        served.send(head("/bucket/first"))
+        await asyncio.sleep(0.6)  # the first head's timer is still armed, due at ~1.0
+        assert served.transport.written.startswith(b"HTTP/1.1 200")
+        before = len(served.transport.written)
+        served.send(b"GET /bucket/second HTTP/1.1\r\nHost: loc")  # begins at ~0.6, due at ~1.6
+        await asyncio.sleep(0.6)  # ~1.2: past the first head's due time, not this one's
+        assert len(served.transport.written) == before and not served.transport.closed
+        await asyncio.sleep(0.8)
+        assert served.transport.written[before:].startswith(b"HTTP/1.1 400")
+        assert b"<Code>RequestTimeout</Code>" in served.transport.written
+
+    run(test)
+
+
 def test_a_connection_that_sends_nothing_is_closed_after_the_idle_timeout() -> None:
     async def test() -> None:
         served = Served(FAST)
