@@ -55,7 +55,10 @@ REQUEST_LINE_TOO_LONG = Refusal("request_line", errors.InvalidURI, http.HTTPStat
 HEADER_TIMEOUT = Refusal("header_timeout", errors.RequestTimeout, http.HTTPStatus.REQUEST_TIMEOUT)
 TOO_MANY_CONNECTIONS = Refusal("connections", SlowDown, http.HTTPStatus.SERVICE_UNAVAILABLE)
 
-# by reason: a Refusal's, or "send_timeout" for a connection aborted because its client stopped reading
+# the values of REFUSED's label: a Refusal's reason, or "send_timeout" for a connection aborted
+# because its client stopped reading
+REASONS = frozenset({r.reason for r in (HEADER_SECTION_TOO_LARGE, TOO_MANY_HEADERS, REQUEST_LINE_TOO_LONG,
+                                        HEADER_TIMEOUT, TOO_MANY_CONNECTIONS)} | {"send_timeout"})
 REFUSED = Counter("lakegate_http_refused_total", "requests and connections the HTTP layer refused or ended", ["reason"])
 
 

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cachetier import errors as data_plane_errors
 from cachetier.errors import S3Error
 from cachetier.lake.memory import MemoryLake
+from gateway import httplimits
 from gateway.s3 import errors as protocol_errors
 from gateway.s3.handlers import HANDLERS
 
@@ -210,7 +211,7 @@ def test_no_metric_label_takes_a_client_chosen_value(bridge: AsgiBridge) -> None
         "operation": set(HANDLERS) | {"Unknown"},
         "code": _error_codes(),
         "tenant": {ALICE.name, "anonymous"},
-        "reason": {"header_bytes", "headers", "request_line", "header_timeout", "connections", "send_timeout"},
+        "reason": set(httplimits.REASONS),
     }
     seen: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(body.decode()):
