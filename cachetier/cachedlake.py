@@ -241,16 +241,19 @@ class CachedLake:
 
 def _blocks(chunks: list[bytes], size: int) -> Iterator[bytes]:
     """Consecutive ``size``-byte blocks (the last shorter) of the bytes in ``chunks``, which are
-    taken off the list as they are used."""
+    taken off the list as they are used. A chunk is cut through a memoryview, so one spanning
+    several blocks is copied once, into them, not again for each remainder."""
     chunks.reverse()  # pop() from the end is O(1)
-    block: list[bytes] = []
+    block: list[bytes | memoryview] = []
     filled = 0
     while chunks:
-        chunk = chunks.pop()
-        while chunk:
-            piece, chunk = chunk[: size - filled], chunk[size - filled :]
+        view = memoryview(chunks.pop())
+        start = 0
+        while start < len(view):
+            piece = view[start : start + size - filled]
             block.append(piece)
             filled += len(piece)
+            start += len(piece)
             if filled == size:
                 yield b"".join(block)
                 block, filled = [], 0
