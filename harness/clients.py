@@ -7,10 +7,11 @@ installed, :func:`gather_limited` bounds how many requests run at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Self, TypeVar
 from urllib.parse import quote, urlsplit
@@ -328,10 +329,16 @@ class RawS3Client(S3ClientBase):
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         signed = self.sign(method, url, headers)
         signed.setdefault("User-Agent", "lakegate-bench")
+        async with self._pooled() as conn, asyncio.timeout(self.timeout):
+            return await conn.exchange(method, target, signed, body, sink)
+
+    @contextlib.asynccontextmanager
+    async def _pooled(self) -> AsyncIterator[_RawConnection]:
+        """A keep-alive connection from the pool (or a new one), put back when it can be reused;
+        closed after any failure."""
         conn = self._idle.pop() if self._idle else await _RawConnection.open(self.host, self.port)
         try:
-            async with asyncio.timeout(self.timeout):
-                result = await conn.exchange(method, target, signed, body, sink)
+            yield conn
         except BaseException:
             conn.close()
             raise
@@ -339,7 +346,6 @@ class RawS3Client(S3ClientBase):
             self._idle.append(conn)
         else:
             conn.close()
-        return result
 
     async def request(self, method: str, url: str, content: bytes | None = None,
                       headers: dict[str, str] | None = None) -> Response:
@@ -385,19 +391,10 @@ class RawS3Client(S3ClientBase):
             if digest is not None:
                 digest.update(view)
 
-        conn = self._idle.pop() if self._idle else await _RawConnection.open(self.host, self.port)
-        try:
-            async with asyncio.timeout(self.timeout):
-                started = time.perf_counter()
-                status, _, received = await conn.exchange("GET", parts.path, signed, None, sink)
-                ended = time.perf_counter()
-        except BaseException:
-            conn.close()
-            raise
-        if conn.reusable and len(self._idle) < self.max_connections:
-            self._idle.append(conn)
-        else:
-            conn.close()
+        async with self._pooled() as conn, asyncio.timeout(self.timeout):  # connected before the clock starts
+            started = time.perf_counter()
+            status, _, received = await conn.exchange("GET", parts.path, signed, None, sink)
+            ended = time.perf_counter()
         ttfb = (first[0] - started) if first else float("nan")
         return TimedGet(status, received, ttfb, ended - started, digest.hexdigest() if digest else None)
 
