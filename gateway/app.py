@@ -35,7 +35,7 @@ from gateway.process import tune_malloc
 from gateway.s3.frontend import utcnow
 from gateway.settings import Settings
 from gateway.tenants import TenantDirectory
-from gateway.wiring import Node, NodeStats, running_node
+from gateway.wiring import Node, NodeStats, Shared, running_node
 
 
 def _is_signed(scope: dict) -> bool:  # type: ignore[type-arg]
@@ -47,20 +47,28 @@ def _is_signed(scope: dict) -> bool:  # type: ignore[type-arg]
 class LakegateApp:
     """The ASGI app uvicorn serves. Its node exists while the lifespan runs (``running``)."""
 
-    def __init__(self, settings: Settings, *, lake: Lake | None = None, tenants: TenantDirectory | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        lake: Lake | None = None,
+        tenants: TenantDirectory | None = None,
+        shared: Shared | None = None,
+    ):
         tune_malloc()  # before the first body buffer, however the app is served
         self.settings = settings
         self.tenants = tenants if tenants is not None else TenantDirectory.load(settings.server.tenants_file)
         check_not_a_tenant_key(settings.admin, (t.access_key for t in self.tenants.tenants))
         self.admin = AdminGuard(settings.admin, settings.server.frontend.max_skew, utcnow)
         self._lake = lake
+        self._shared = shared
         self._node: Node | None = None
         self.api = self._api()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Node]:
         """The node, built and serving for the block (the lifespan; tests may enter it directly)."""
-        async with running_node(self.settings, self.tenants, lake=self._lake) as node:
+        async with running_node(self.settings, self.tenants, lake=self._lake, shared=self._shared) as node:
             self._node = node
             try:
                 yield node

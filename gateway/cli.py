@@ -19,6 +19,7 @@ _OTHER_FILES = 256
 # flag -> settings field; flags override LAKEGATE_* environment variables
 _SERVE_FLAGS = {
     "--listen": "listen",
+    "--workers": "workers",
     "--lake": "lake",
     "--lake-access-key": "lake_access_key",
     "--lake-secret-key": "lake_secret_key",
@@ -124,29 +125,46 @@ def _admin_lines(settings: Settings, endpoint: str) -> list[str]:
     return lines
 
 
-def serve(settings: Settings) -> None:
+def configure_logging(settings: Settings) -> None:
+    logging.basicConfig(level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per peer and lake request otherwise
+
+
+def serve(settings: Settings, overrides: Mapping[str, str] | None = None) -> None:
+    """Run the node: in this process with one worker, else as a supervisor of
+    ``settings.server.workers`` worker processes (gateway.workers), ``overrides`` (flags by
+    settings field) passed on to them."""
     import uvicorn
 
-    from gateway.app import LakegateApp
-    from gateway.httpserver import LakegateHttpProtocol
     from gateway.process import raise_open_files_limit
 
     server = settings.server
     tenants = load_tenants(settings)
-    logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per peer and lake request otherwise
-    app = LakegateApp(settings, tenants=tenants)
+    configure_logging(settings)
     print(_banner(settings, tenants), flush=True)
     warning = open_files_warning(raise_open_files_limit(), server.http.max_connections)
     if warning:
         logging.getLogger("lakegate").warning(warning)
-    uvicorn.run(
-        app,
+    if server.workers > 1:
+        from gateway.workers import supervise, worker_share
+
+        supervise(settings, overrides or {}, _uvicorn_options(worker_share(settings)))
+        return
+    from gateway.app import LakegateApp
+
+    uvicorn.run(LakegateApp(settings, tenants=tenants), **_uvicorn_options(settings))  # type: ignore[arg-type]
+
+
+def _uvicorn_options(settings: Settings) -> dict[str, object]:
+    from gateway.httpserver import LakegateHttpProtocol
+
+    server = settings.server
+    return dict(
         host=server.host,
         port=server.port,
         # uvicorn's httptools protocol within the HTTP limits; a GET's head and first bytes in one write
         # (uvicorn calls http= with its own arguments; a partial adds the limits)
-        http=functools.partial(LakegateHttpProtocol, limits=server.http),  # type: ignore[arg-type]
+        http=functools.partial(LakegateHttpProtocol, limits=server.http),
         ws="none",  # no WebSocket: an Upgrade request would leave the protocol and its limits
         log_level=server.log_level,
         access_log=False,  # ours (lakegate.access) leaves out query strings, which may hold signatures
@@ -167,8 +185,8 @@ def open_files_warning(open_files: int, max_connections: int) -> str | None:
 
 
 def _serve_command(args: argparse.Namespace) -> None:
-    overrides = {field: getattr(args, field) for field in _SERVE_FLAGS.values()}
-    serve(load_settings(overrides))
+    overrides = {field: value for field in _SERVE_FLAGS.values() if (value := getattr(args, field)) is not None}
+    serve(load_settings(overrides), overrides)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,6 +18,7 @@ Any invalid value is one ``SettingsError`` whose message names the variable (``L
 from __future__ import annotations
 
 import dataclasses
+import os
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -50,6 +51,7 @@ class Environment(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LAKEGATE_", env_file=".env", extra="ignore")
 
     listen: str = "127.0.0.1:9000"
+    workers: int = Field(0, ge=0, le=256)  # processes serving the node; 0: one per core
     lake: str = "dir:var/lake"
     lake_access_key: str = ""
     lake_secret_key: str = ""
@@ -198,6 +200,7 @@ class ServerSettings:
     log_level: str
     frontend: FrontendConfig
     http: HttpLimits = HttpLimits()
+    workers: int = 1  # processes accepting on ``listen``, sharing the node (gateway.workers)
 
     @property
     def host(self) -> str:
@@ -306,6 +309,14 @@ def _cross_checks(env: Environment) -> None:
             raise _fail(field, f"{field} must name a directory (it may not exist yet), not the file {folder}")
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and taskset set)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def _server(env: Environment) -> ServerSettings:
     return ServerSettings(
         listen=env.listen,
@@ -313,6 +324,7 @@ def _server(env: Environment) -> ServerSettings:
         tls_key=env.tls_key,
         tenants_file=env.tenants_file,
         log_level=env.log_level,
+        workers=env.workers or available_cores(),
         frontend=FrontendConfig(
             host_suffixes=tuple(s.strip().lower() for s in env.virtual_host_suffixes.split(",") if s.strip()),
             anonymous_buckets=frozenset(s.strip() for s in env.anonymous_read_buckets.split(",") if s.strip()),

@@ -6,7 +6,9 @@ fetches), the heartbeat task, and registers each part's close as soon as the par
 whoever opens a thing closes it, in reverse order, at shutdown and also when start-up fails
 half way (a store that cannot open closes the cluster and the lake opened before it).
 
-A lake passed in by the caller (tests, embedders) is the caller's to close.
+A lake passed in by the caller (tests, embedders) is the caller's to close. So is ``shared``:
+what a node's worker processes share (``gateway.workers``): the connection to the node's space
+manager and the metadata write stamps. Without it the node is one process owning its stores.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from cachetier.blocks.spaceipc import RemoteSpace, SpaceConnection
 from cachetier.blocks.store import BlockStore, DiskBlockStore
 from cachetier.cachedlake import CachedLake
 from cachetier.cluster.membership import Membership
@@ -31,6 +34,7 @@ from cachetier.cluster.ring import Member
 from cachetier.lake import Lake
 from cachetier.lake.dirlake import DirLake
 from cachetier.lake.s3.client import S3Lake
+from cachetier.read.generations import Generations
 from cachetier.read.path import ReadPath
 from cachetier.telemetry.counters import CacheStats
 from cachetier.telemetry.snapshots import CacheSnapshot
@@ -40,6 +44,14 @@ from gateway.peerapi import PeerAPI
 from gateway.s3.frontend import S3Frontend
 from gateway.settings import CacheSettings, ClusterSettings, LakeSettings, Settings
 from gateway.tenants import TenantDirectory
+
+
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    """What this process shares with the node's other worker processes."""
+
+    space: SpaceConnection  # the tiers' space manager, in the node's supervisor
+    generations: Generations  # metadata write stamps, mapped by every worker
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +125,11 @@ async def open_cluster(stack: contextlib.AsyncExitStack, settings: ClusterSettin
     return cluster
 
 
-def open_store(stack: contextlib.AsyncExitStack, directory: Path, capacity: int, eviction: str) -> BlockStore:
-    store = DiskBlockStore(directory, capacity, eviction)
+def open_store(
+    stack: contextlib.AsyncExitStack, directory: Path, capacity: int, eviction: str, space: RemoteSpace | None = None
+) -> BlockStore:
+    """A tier's store; with ``space``, one whose capacity the node's space manager keeps."""
+    store = DiskBlockStore(directory, capacity, eviction, space=space)
     stack.callback(store.close)
     return store
 
@@ -126,14 +141,22 @@ async def open_cache(
     counters: CacheStats,
     cluster: Cluster | None = None,
     l2_capacity: int = 0,
+    shared: Shared | None = None,
 ) -> CachedLake:
     """The block cache in front of ``lake``: L1 under ``directory/l1``; in a cluster, also this
-    node's share of L2 under ``directory/l2``."""
-    l1 = open_store(stack, settings.directory / "l1", settings.l1_capacity, settings.eviction)
+    node's share of L2 under ``directory/l2``; shared with the node's other workers through
+    ``shared``."""
+
+    def space(tier: str) -> RemoteSpace | None:
+        return RemoteSpace(shared.space, tier) if shared is not None else None
+
+    l1 = open_store(stack, settings.directory / "l1", settings.l1_capacity, settings.eviction, space("l1"))
     l2 = None
     if cluster is not None:
-        l2 = open_store(stack, settings.directory / "l2", l2_capacity, settings.eviction)
-    reads = ReadPath(lake, l1, counters, settings.read, clock=time.monotonic, l2=l2, cluster=cluster)
+        l2 = open_store(stack, settings.directory / "l2", l2_capacity, settings.eviction, space("l2"))
+    generations = shared.generations if shared is not None else None
+    reads = ReadPath(lake, l1, counters, settings.read, clock=time.monotonic, l2=l2, cluster=cluster,
+                     generations=generations)
     cache = CachedLake(lake, reads, settings.on_write, cluster=cluster)
     stack.push_async_callback(cache.aclose)  # its background fetches, before the stores close
     return cache
@@ -175,7 +198,7 @@ def _load(cache: CachedLake | None) -> Callable[[], dict[str, float]]:
 
 @asynccontextmanager
 async def running_node(
-    settings: Settings, tenants: TenantDirectory, *, lake: Lake | None = None
+    settings: Settings, tenants: TenantDirectory, *, lake: Lake | None = None, shared: Shared | None = None
 ) -> AsyncIterator[Node]:
     """The node, open for the block; everything it opened is closed on the way out."""
     async with contextlib.AsyncExitStack() as stack:
@@ -188,7 +211,7 @@ async def running_node(
             if settings.cluster is not None:
                 cluster = await open_cluster(stack, settings.cluster)
             l2_capacity = settings.cluster.l2_capacity if settings.cluster is not None else 0
-            cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity)
+            cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity, shared)
         load = _load(cache)
         secret = settings.cluster.secret if settings.cluster is not None else b""
         peer_api = PeerAPI(secret, cluster, cache.reads if cache is not None else None, load,

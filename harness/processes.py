@@ -42,12 +42,13 @@ def lakegate_command() -> list[str]:
 
 
 def gateway_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Our environment without S3/AWS credentials, endpoints or LAKEGATE_ settings, so a
-    gateway reaches the lake only with the keys it is given; the checkout comes first on
+    """Our environment without S3/AWS credentials, endpoints or LAKEGATE_ settings (but one
+    worker), so a gateway reaches the lake only with the keys it is given; the checkout comes first on
     PYTHONPATH, so a child runs this checkout's code whatever the venv's install points at."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_", "LAKEGATE_"))}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    env["LAKEGATE_WORKERS"] = "1"  # one process, whose counters a test reads; a test asks for more
     env.update(extra or {})
     return env
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cachetier.blocks.ids import BlockId
-from cachetier.blocks.store import SIDE_FILES_RESERVE, MemoryBlockStore
+from cachetier.blocks.store import MemoryBlockStore
 from cachetier.cluster.client import PeerUnavailable
 from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import Membership
@@ -268,8 +268,7 @@ async def settle(cluster: Sequence[Node]) -> None:
 
 MiB = 1024 * 1024
 # capacities of (n + 1) blocks - 1 byte hold exactly n 1 MiB blocks in either store, the disk
-# store's SQLite files (WAL under SIDE_FILES_RESERVE, the database a few pages) fitting in the slack
-assert SIDE_FILES_RESERVE <= MiB // 2
+# store's 16-byte block headers fitting in the slack
 
 
 def fits(n: int) -> int:
@@ -294,13 +293,6 @@ def content(block_id: BlockId, size: int | None = None) -> bytes:
 def block(index: int) -> tuple[BlockId, bytes]:
     block_id = bid(index)
     return block_id, content(block_id, MiB)
-
-
-def block_rows(directory: Path) -> dict[str, tuple[float, float, int]]:
-    """key -> (store_time, access_time, access_count), read beside the store's own connection."""
-    with closing(sqlite3.connect(directory / "cache.db")) as con:
-        rows = con.execute("SELECT key, store_time, access_time, access_count FROM Cache").fetchall()
-    return {key: (stored, accessed, count) for key, stored, accessed, count in rows}
 
 
 # ---- lakes on disk -------------------------------------------------------------------------------

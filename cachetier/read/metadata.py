@@ -4,8 +4,12 @@ A fresh entry answers HEAD and conditional requests without the lake; an expired
 revalidated by a HEAD. Writes and deletes through the gateway invalidate at once. Blocks are
 keyed by ETag, so a changed ETag makes every old block unreachable.
 
+With several worker processes on a node, each keeps its own entries, and a write through any
+of them reaches all through ``generations`` (``cachetier.read.generations``): an entry is used
+only while its key's and bucket's stamps are those read before its lookup left.
+
 ``MetadataFlights`` is the single flight of the lookups a miss makes: concurrent readers of a
-key share one. Imports only ``cachetier.lake`` (types).
+key share one. Imports ``cachetier.lake`` (types) and ``cachetier.read.generations``.
 """
 
 from __future__ import annotations
@@ -15,14 +19,22 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from cachetier.lake import ObjectInfo
+from cachetier.read.generations import Generations, Stamp
 
 
 class MetadataCache:
-    def __init__(self, ttl: float, clock: Callable[[], float], max_entries: int = 100_000) -> None:
+    def __init__(
+        self,
+        ttl: float,
+        clock: Callable[[], float],
+        max_entries: int = 100_000,
+        generations: Generations | None = None,
+    ) -> None:
         self.ttl = ttl
         self._clock = clock
         self._max = max_entries
-        self._entries: OrderedDict[tuple[str, str], tuple[ObjectInfo, float]] = OrderedDict()
+        self.generations = generations if generations is not None else Generations()
+        self._entries: OrderedDict[tuple[str, str], tuple[ObjectInfo, float, Stamp]] = OrderedDict()
 
     def get(self, bucket: str, key: str) -> ObjectInfo | None:
         if self.ttl <= 0:
@@ -30,27 +42,36 @@ class MetadataCache:
         hit = self._entries.get((bucket, key))
         if hit is None:
             return None
-        info, expires = hit
-        if self._clock() >= expires:
+        info, expires, stamp = hit
+        if self._clock() >= expires or self.generations.stamp(bucket, key) != stamp:
             del self._entries[(bucket, key)]
             return None
         self._entries.move_to_end((bucket, key))
         return info
 
-    def put(self, info: ObjectInfo) -> None:
+    def stamp(self, bucket: str, key: str) -> Stamp:
+        """To take before a lookup leaves for the lake, and give to ``put`` with its answer."""
+        return self.generations.stamp(bucket, key)
+
+    def put(self, info: ObjectInfo, stamp: Stamp | None = None) -> None:
         if self.ttl <= 0:
             return
-        self._entries[(info.bucket, info.key)] = (info, self._clock() + self.ttl)
+        if stamp is None:
+            stamp = self.stamp(info.bucket, info.key)
+        self._entries[(info.bucket, info.key)] = (info, self._clock() + self.ttl, stamp)
         self._entries.move_to_end((info.bucket, info.key))
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
 
     def invalidate(self, bucket: str, key: str) -> ObjectInfo | None:
-        """Forget the key; returns what was cached for it (fresh or not)."""
+        """Forget the key, in every worker of the node; returns what this one had cached for it
+        (fresh or not)."""
+        self.generations.bump(bucket, key)
         hit = self._entries.pop((bucket, key), None)
         return hit[0] if hit is not None else None
 
     def invalidate_bucket(self, bucket: str) -> None:
+        self.generations.bump(bucket)
         for k in [k for k in self._entries if k[0] == bucket]:
             del self._entries[k]
 
@@ -87,13 +108,14 @@ class MetadataFlights:
     async def _run(
         self, bucket: str, key: str, lookup: Callable[[], Awaitable[ObjectInfo]], flight: _Flight
     ) -> ObjectInfo:
+        stamp = self.cache.stamp(bucket, key)  # a write in another worker meanwhile changes it
         try:
             info = await lookup()
         finally:
             if self._flights.get((bucket, key)) is flight:
                 del self._flights[(bucket, key)]
         if not flight.stale:  # a write while the request was out: its answer may predate the write
-            self.cache.put(info)
+            self.cache.put(info, stamp)
         return info
 
     def forget(self, bucket: str, key: str) -> None:

@@ -35,6 +35,7 @@ from cachetier.lake.conditions import Conditions
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.config import ReadConfig
 from cachetier.read.fetch import BlockFetch, Fetches, ObjectChanged
+from cachetier.read.generations import Generations
 from cachetier.read.metadata import MetadataCache, MetadataFlights
 from cachetier.read.sequential import SequentialReaders
 from cachetier.read.sources import Sources
@@ -57,6 +58,7 @@ class ReadPath:
         clock: Callable[[], float],
         l2: BlockStore | None = None,
         cluster: Cluster | None = None,
+        generations: Generations | None = None,
     ) -> None:
         self.lake = lake
         self.cluster = cluster
@@ -64,7 +66,7 @@ class ReadPath:
         self.block_size = config.block_size
         self.readahead = config.readahead
         self.limits = admission.SizeLimits(max_read=config.max_cached_object)  # the read side only
-        self.meta = MetadataCache(config.meta_ttl, clock)
+        self.meta = MetadataCache(config.meta_ttl, clock, generations=generations)
         self.tiers = Tiers(store, l2, stats, config.block_size, cluster)
         self.fetches = Fetches()
         self.sources = Sources(lake, self.tiers, self.fetches, self.meta, stats, cluster=cluster, spawn=self._spawn)

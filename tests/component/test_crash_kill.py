@@ -21,9 +21,10 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from doubles import B, MiB, bid, block, block_rows, content, fits, leftovers, md5_etag, read
+from doubles import B, MiB, bid, block, content, fits, leftovers, md5_etag, read
 
-from cachetier.blocks.store import SIDE_FILES_RESERVE, DiskBlockStore
+from cachetier.blocks.files import BlockFiles
+from cachetier.blocks.store import DiskBlockStore
 from cachetier.lake import ListQuery
 from cachetier.lake.dirlake import DirLake
 
@@ -67,7 +68,7 @@ def test_a_writer_killed_mid_put_leaves_no_wrong_block(tmp_path: Path) -> None:
     # ~40 blocks of up to 64 KiB in 1 MiB of block space: puts, replacements and evictions
     # all run when the kill lands.
     script = _WRITER_IMPORTS + textwrap.dedent(inspect.getsource(content)) + _WRITER
-    capacity, count = SIDE_FILES_RESERVE + MiB, 40
+    capacity, count = MiB, 40
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     rng = random.Random()
     for _ in range(3):
@@ -88,11 +89,11 @@ def test_a_writer_killed_mid_put_leaves_no_wrong_block(tmp_path: Path) -> None:
             assert child.wait(timeout=30) == -signal.SIGKILL
             child.stdout.close()
     with closing(DiskBlockStore(tmp_path, capacity)) as store:
-        # a SIGKILL leaves at most files no row names (and their directories); check() removes
-        # them, and evicts what a killed put left over capacity
-        repaired = store.check()
-        assert all(p.startswith(("unknown file", "empty directory")) for p in repaired), repaired
+        # a SIGKILL leaves at most a put's tmp/ file, which opening the store removed: nothing
+        # torn, nothing stray, nothing over capacity
+        assert BlockFiles(tmp_path).tmp_files() == []
         assert store.check() == []
+        assert sum(size for _, size, _ in store.files.scan()) <= capacity
         ids = [bid(i) for i in range(count)]
         assert any(i in store for i in ids)
         assert all(store.get(i) in (None, content(i)) for i in ids)
@@ -121,7 +122,9 @@ def test_reads_are_flushed_in_the_background_and_survive_a_kill(tmp_path: Path, 
     try:
         assert child.stdout.readline() == b"read\n"
         deadline = time.monotonic() + 30
-        while sum(accessed > stored or count > 0 for stored, accessed, count in block_rows(tmp_path).values()) < 2:
+        files = BlockFiles(tmp_path)
+        last_use = [lambda i=i: os.stat(files.path(bid(i).hex)).st_mtime for i in range(3)]
+        while not last_use[0]() > last_use[2]() < last_use[1]():  # 2 was put last, 0 and 1 read since
             assert time.monotonic() < deadline, "the reads were not flushed"
             time.sleep(0.01)
     finally:

@@ -12,121 +12,24 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import sqlite3
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-import pytest
 from botocore.exceptions import ClientError
-from harness.endpoints import ALICE, Target, empty_and_delete_bucket, unique_bucket_name
-from harness.gateway import Gateway as GatewayProcess
 from harness.rgwlog import RgwLog
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from cachegw import BLOCK, MiB, StartGateway, lake_bucket, rgw, rgw_log, start_gateway  # noqa: F401 (fixtures)
+
+from cachetier.blocks.files import HEADER_SIZE, BlockFiles
 from cachetier.blocks.ids import BlockId
 
 KiB = 1024
-MiB = 1024 * KiB
-BLOCK = 4 * MiB  # the default block size
-
-
-# ---- fixtures: the lake, its log, gateways ---------------------------------------------------
-
-
-@dataclass
-class Gateway:
-    """One `lakegate serve` over RGW, its cache directory and the clients the test opened."""
-
-    process: GatewayProcess
-    cache_dir: Path
-    clients: list[Any] = field(default_factory=list)
-
-    @property
-    def l1_dir(self) -> Path:
-        return self.cache_dir / "l1"
-
-    def client(self) -> Any:
-        client = self.process.target("gw", "rgw").client()
-        self.clients.append(client)
-        return client
-
-    def stats(self) -> dict[str, Any]:
-        return self.process.admin_stats()  # signed with the admin key the harness gives the process
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(self.process.url + "/metrics", timeout=10) as resp:
-            return str(resp.read().decode())
-
-    def wait_stored(self, size: int, timeout: float = 10.0) -> None:
-        """Wait until L1 holds ``size`` bytes of blocks: a block reaches the disk just after
-        its bytes reach the readers."""
-        deadline = time.monotonic() + timeout
-        while self.stats()["cache"]["l1"]["used_bytes"] < size:
-            assert time.monotonic() < deadline, f"L1 never held {size} bytes: {self.stats()}"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        for client in self.clients:
-            client.close()  # no idle keep-alive connection holds the gateway's shutdown up
-        self.clients.clear()
-        self.process.stop()
-
-
-StartGateway = Callable[..., Gateway]
-
-
-@pytest.fixture(scope="module")
-def rgw_log() -> RgwLog:
-    try:
-        return RgwLog.from_environment()
-    except RuntimeError as exc:  # an RGW not started by deploy/ceph: its log is elsewhere
-        pytest.skip(f"counting lake requests needs RGW's log: {exc}")
-
-
-@pytest.fixture(scope="module")
-def rgw(rgw_target: Target) -> Iterator[Any]:
-    """boto3 straight to RGW with the lake's keys: puts test objects, reads the reference."""
-    client = rgw_target.client()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def lake_bucket(rgw: Any, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = unique_bucket_name("cache-" + request.node.originalname.removeprefix("test_"))
-    rgw.create_bucket(Bucket=name)
-    yield name
-    empty_and_delete_bucket(rgw, name)
-
-
-@pytest.fixture
-def start_gateway(tmp_path: Path, rgw_target: Target) -> Iterator[StartGateway]:
-    """``start_gateway(cache_dir=None, **settings)``: a gateway over RGW whose settings are
-    ``LAKEGATE_<NAME>`` = value, e.g. ``meta_ttl="1"``; stopped when the test ends."""
-    started: list[Gateway] = []
-
-    def start(cache_dir: Path | None = None, **cache_settings: str) -> Gateway:
-        n = len(started)
-        cache_dir = cache_dir or tmp_path / f"cache-{n}"
-        process = GatewayProcess(rgw_target.endpoint, tenants=(ALICE,), workdir=tmp_path / f"gateway-{n}",
-                                 cache_dir=cache_dir,
-                                 env={f"LAKEGATE_{k.upper()}": v for k, v in cache_settings.items()})
-        gateway = Gateway(process, cache_dir)
-        started.append(gateway)
-        process.start()
-        return gateway
-
-    yield start
-    for gateway in started:
-        gateway.stop()
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -309,14 +212,10 @@ def test_an_overwrite_in_the_lake_is_read_after_the_metadata_ttl(
 
 
 def _block_file(l1_dir: Path, block: BlockId) -> Path:
-    """The file diskcache keeps ``block`` in, from its index."""
-    db = sqlite3.connect(f"file:{l1_dir / 'cache.db'}?mode=ro", uri=True)
-    try:
-        row = db.execute("SELECT filename FROM Cache WHERE key = ?", (block.hex,)).fetchone()
-    finally:
-        db.close()
-    assert row is not None and row[0], f"block {block} is not a file in {l1_dir}"
-    return l1_dir / row[0]
+    """The file ``block`` is kept in: named by its id (cachetier.blocks.files)."""
+    path = Path(BlockFiles(l1_dir).path(block.hex))
+    assert path.is_file(), f"block {block} is not a file in {l1_dir}"
+    return path
 
 
 def test_a_corrupt_block_file_is_never_served(
@@ -328,8 +227,8 @@ def test_a_corrupt_block_file_is_never_served(
     s3 = gw.client()
     assert s3.get_object(Bucket=lake_bucket, Key="obj")["Body"].read() == data
     gw.wait_stored(len(data))
-    # two block files (and the key's marker, an empty entry)
-    assert len([p for p in gw.l1_dir.rglob("*.val") if p.stat().st_size]) == 2
+    # two block files (and the key's marker, an empty block: a header alone)
+    assert len([p for p in (gw.l1_dir / "blocks").rglob("*") if p.is_file() and p.stat().st_size > HEADER_SIZE]) == 2
 
     path = _block_file(gw.l1_dir, BlockId.of(lake_bucket, "obj", etag, 1, BLOCK))
     with open(path, "r+b") as f:  # same length, different bytes

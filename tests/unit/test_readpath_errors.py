@@ -179,7 +179,9 @@ def test_a_failing_delete_of_invalidated_blocks_is_counted_not_raised(lake: Coun
     run(main())
 
 
-def test_a_block_file_that_fails_mid_read_is_a_miss(lake: CountingLake, tmp_path: Path) -> None:
+def test_a_block_file_that_fails_mid_read_is_a_miss(
+    lake: CountingLake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = DiskBlockStore(tmp_path / "l1", 1 << 30)
     data = os.urandom(2 * BS)
 
@@ -188,15 +190,23 @@ def test_a_block_file_that_fails_mid_read_is_a_miss(lake: CountingLake, tmp_path
         reads = _reads(lake, store)
         assert (await read(reads, "k"))[1] == data
         await _settled(reads)
-        # the file opens, and its read fails (EISDIR: a directory where the block was)
-        path = Path(store._index.find(BlockId.of(B, "k", etag, 0, BS).hex).path)  # type: ignore[union-attr]
-        path.unlink()
-        path.mkdir()
+        # the file opens, and its reads fail (EIO: a bad sector) until a fill replaces it
+        st = os.stat(store.files.path(BlockId.of(B, "k", etag, 0, BS).hex))
+        bad = (st.st_ino, st.st_ctime_ns)  # (an inode number alone is reused by the next file)
+        real_pread = os.pread
+
+        def pread(fd: int, n: int, offset: int) -> bytes:
+            st = os.fstat(fd)
+            if (st.st_ino, st.st_ctime_ns) == bad:
+                raise OSError(errno.EIO, "Input/output error")
+            return real_pread(fd, n, offset)
+
+        monkeypatch.setattr(os, "pread", pread)
         hits, misses = store.hits, store.misses
         assert (await read(reads, "k"))[1] == data
         await _settled(reads)
         assert lake.gets[-1] == ("k", block_range(0, 2 * BS))
-        assert counts(reads)["l1_errors"] == 1  # the read's (the block then left the index)
+        assert counts(reads)["l1_errors"] == 1  # the read's (its file then removed)
         assert (store.hits, store.misses) == (hits + 1, misses + 1)  # a read that raised is a miss
         gets = len(lake.gets)
         assert (await read(reads, "k"))[1] == data  # the fill stored the block anew

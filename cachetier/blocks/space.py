@@ -1,0 +1,339 @@
+"""A tier's space manager: the one owner of its capacity and eviction order, however many worker
+processes read and write its files (nginx's cache manager, for lakegate's blocks).
+
+Reads never ask it: a hit is a file read (``cachetier.blocks.files``). What it is told:
+
+- ``reserve(key, size, owner)`` before a block is written: room is made first (victims' files
+  unlinked, least recently or frequently used first, never a block being written), then the
+  bytes are counted as used. So concurrent puts from every worker keep the tier within its
+  capacity: a writer never writes first and evicts after. A block larger than the capacity, or
+  one that cannot fit beside the blocks being written, is refused (``FULL``); one already being
+  written by another writer is ``BUSY`` (that writer publishes the same bytes: ids name content).
+- ``commit`` after the rename, ``abort`` after a failed write. A writer that dies between the
+  two (``release(owner)``, when its connection closes) is settled from the disk: a renamed file
+  is kept and counted at its real size, a missing one is uncounted; its tmp/ files are removed.
+- ``used(keys)``: reads, reported by each worker in batches (every second, and before its own
+  puts). Recency (LRU) or frequency (LFU) is that stale at most, across workers.
+- ``forget`` (a block deleted or found corrupt), ``set_capacity`` (evicts at once), ``usage``.
+
+It keeps its state in memory, rebuilt at open from the directory (``load``: each file's size,
+ordered by mtime) and kept across restarts by stamping each used block's mtime (``persist``,
+every second or so): LRU order survives a restart at that grain, LFU counts restart at zero
+(ties broken by last use).
+
+``Space`` is the manager itself (thread-safe); ``cachetier.blocks.spaceipc`` serves it to
+worker processes over a Unix socket, and gives them a client with the same methods.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from cachetier.blocks.files import BlockFiles, file_size
+
+log = logging.getLogger("lakegate.space")
+
+OK, BUSY, FULL = "ok", "busy", "full"
+
+
+@dataclass(frozen=True)
+class Grant:
+    answer: str  # OK: write it; BUSY: another writer is; FULL: no room
+    evicted: int = 0  # blocks evicted to make room
+
+
+@dataclass(frozen=True)
+class _Pending:
+    size: int  # reserved
+    owner: object
+    replaced: int  # bytes of the block's file it replaces (0: none), counted until the rename
+
+
+@dataclass(frozen=True)
+class Usage:
+    used: int  # bytes of block files, counted and reserved
+    capacity: int
+    blocks: int  # committed blocks
+    headers: int  # bytes of those that are headers, not block data
+
+
+class SpaceLike(Protocol):
+    """What a block store needs of its tier's manager: a ``Space`` in this process, or a client
+    of one in the node's supervisor."""
+
+    def reserve(self, key: str, size: int) -> Grant: ...
+
+    def commit(self, key: str) -> None: ...
+
+    def abort(self, key: str) -> None: ...
+
+    def forget(self, key: str) -> None: ...
+
+    def used(self, reads: dict[str, int]) -> None: ...
+
+    def set_capacity(self, capacity: int) -> int: ...  # returns blocks evicted
+
+    def usage(self) -> Usage: ...
+
+    def persist(self) -> None: ...  # stamp recent uses on disk (where the manager lives)
+
+    def close(self) -> None: ...
+
+
+class _Lru:
+    def __init__(self) -> None:
+        self._order: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, key: str) -> None:
+        self._order[key] = None
+        self._order.move_to_end(key)
+
+    def use(self, key: str, times: int) -> None:
+        self._order.move_to_end(key)
+
+    def remove(self, key: str) -> None:
+        self._order.pop(key, None)
+
+    def victims(self) -> Iterable[str]:
+        return iter(self._order)
+
+
+class _Lfu:
+    """Reads since the block came in; ties (and the order of newcomers) by last use. A heap with
+    stale entries skipped, compacted when it grows past twice the blocks."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, tuple[int, int]] = {}  # key -> (reads, tick of last use)
+        self._heap: list[tuple[int, int, str]] = []
+        self._tick = itertools.count()
+
+    def add(self, key: str) -> None:
+        self._set(key, 0)
+
+    def use(self, key: str, times: int) -> None:
+        reads, _ = self._counts[key]
+        self._set(key, reads + times)
+
+    def _set(self, key: str, reads: int) -> None:
+        entry = (reads, next(self._tick))
+        self._counts[key] = entry
+        heapq.heappush(self._heap, (*entry, key))
+        if len(self._heap) > 2 * len(self._counts) + 64:
+            self._heap = [(r, t, k) for k, (r, t) in self._counts.items()]
+            heapq.heapify(self._heap)
+
+    def remove(self, key: str) -> None:
+        self._counts.pop(key, None)
+
+    def victims(self) -> Iterable[str]:
+        while self._heap:
+            reads, tick, key = self._heap[0]
+            if self._counts.get(key) != (reads, tick):
+                heapq.heappop(self._heap)
+                continue
+            yield key
+            return
+
+
+_ORDERS: dict[str, type[_Lru] | type[_Lfu]] = {"lru": _Lru, "lfu": _Lfu}
+
+
+class Space:
+    """One tier's accounting and eviction (see the module docstring). ``owner`` names a writer
+    (a worker connection); in-process writers use the default."""
+
+    def __init__(self, files: BlockFiles, capacity: int, eviction: str) -> None:
+        self.files = files
+        self.eviction = eviction
+        self._capacity = capacity
+        self._new_order = _ORDERS[eviction]
+        self._order: _Lru | _Lfu = self._new_order()
+        self._sizes: dict[str, int] = {}  # committed blocks
+        self._pending: dict[str, _Pending] = {}
+        self._used = 0
+        self._touched: set[str] = set()  # used since the last persist
+        self._lock = threading.RLock()
+
+    # ---- start-up ---------------------------------------------------------------------------
+
+    def load(self) -> int:
+        """Rebuild from the directory: removes the tmp/ files of writers no longer running,
+        counts every block file (oldest use first) and evicts down to capacity. Returns the
+        blocks evicted."""
+        with self._lock:
+            for path in self.files.remove_tmp_of(None):
+                log.info("removed %s, left by a writer that stopped mid-put", path)
+            found = sorted(self.files.scan(), key=lambda entry: entry[2])
+            self._order = self._new_order()
+            self._sizes = {}
+            self._used = sum(p.size + p.replaced for p in self._pending.values())
+            for key, size, _ in found:
+                if key in self._pending:
+                    continue
+                self._sizes[key] = size
+                self._order.add(key)
+                self._used += size
+            return self._make_room(0)
+
+    # ---- writers ----------------------------------------------------------------------------
+
+    def reserve(self, key: str, size: int, owner: object = None) -> Grant:
+        with self._lock:
+            if key in self._pending:
+                return Grant(BUSY)
+            if size > self._capacity:
+                return Grant(FULL)
+            # A block being replaced keeps its bytes counted until the rename replaces its
+            # file, and is no victim meanwhile: its old file and the new one both fit.
+            old = self._sizes.pop(key, None)
+            if old is not None:
+                self._order.remove(key)
+            evicted = self._make_room(size)
+            if self._used + size > self._capacity:
+                if old is not None:
+                    self._sizes[key] = old
+                    self._order.add(key)
+                return Grant(FULL, evicted)
+            self._pending[key] = _Pending(size, owner, old or 0)
+            self._used += size
+            return Grant(OK, evicted)
+
+    def commit(self, key: str, owner: object = None, size: int | None = None) -> None:
+        with self._lock:
+            pending = self._pending.get(key)
+            if pending is None or pending.owner != owner:
+                return
+            del self._pending[key]
+            actual = pending.size if size is None else size
+            self._used += actual - pending.size - pending.replaced
+            self._sizes[key] = actual
+            self._order.add(key)
+
+    def abort(self, key: str, owner: object = None) -> None:
+        with self._lock:
+            pending = self._pending.get(key)
+            if pending is None or pending.owner != owner:
+                return
+            del self._pending[key]
+            self._used -= pending.size
+            if pending.replaced:  # the old file was not replaced: still there, still counted
+                self._sizes[key] = pending.replaced
+                self._order.add(key)
+
+    def release(self, owner: object, pid: int | None) -> None:
+        """A writer is gone (its process died or closed): settle its reservations from the disk."""
+        with self._lock:
+            for key, pending in list(self._pending.items()):
+                if pending.owner != owner:
+                    continue
+                size = _size_on_disk(self.files, key)
+                if size is None:
+                    self.abort(key, owner)
+                else:
+                    self.commit(key, owner, size)
+            if pid is not None:
+                for path in self.files.remove_tmp_of(pid):
+                    log.info("removed %s, left by a writer that stopped mid-put", path)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            size = self._sizes.pop(key, None)
+            if size is not None:
+                self._order.remove(key)
+                self._used -= size
+                self._touched.discard(key)
+
+    # ---- readers ----------------------------------------------------------------------------
+
+    def used(self, reads: dict[str, int]) -> None:
+        with self._lock:
+            for key, times in reads.items():
+                if key in self._sizes:
+                    self._order.use(key, times)
+                    self._touched.add(key)
+
+    def persist(self) -> None:
+        """Stamp the blocks used since the last call with now (their mtime), for a restart."""
+        with self._lock:
+            touched, self._touched = self._touched, set()
+        for key in touched:
+            self.files.touch(key)
+
+    # ---- capacity ---------------------------------------------------------------------------
+
+    def set_capacity(self, capacity: int) -> int:
+        with self._lock:
+            self._capacity = capacity
+            return self._make_room(0)
+
+    def usage(self) -> Usage:
+        with self._lock:
+            return Usage(self._used, self._capacity, len(self._sizes), len(self._sizes) * file_size(0))
+
+    def close(self) -> None:
+        self.persist()
+
+    def _make_room(self, size: int) -> int:
+        evicted = 0
+        while self._used + size > self._capacity:
+            victim = next(iter(self._order.victims()), None)
+            if victim is None:
+                break
+            self._order.remove(victim)
+            self._used -= self._sizes.pop(victim)
+            self._touched.discard(victim)
+            try:
+                self.files.remove(victim)
+            except OSError as exc:  # its bytes stay on disk, uncounted, until a check or restart
+                log.warning("could not remove evicted block %s: %s", victim, exc)
+            evicted += 1
+        return evicted
+
+
+def _size_on_disk(files: BlockFiles, key: str) -> int | None:
+    try:
+        return os.stat(files.path(key)).st_size
+    except FileNotFoundError:
+        return None
+
+
+class LocalSpace:
+    """A ``Space`` used by the one process that owns it (``SpaceLike``)."""
+
+    def __init__(self, space: Space) -> None:
+        self.space = space
+
+    def reserve(self, key: str, size: int) -> Grant:
+        return self.space.reserve(key, size)
+
+    def commit(self, key: str) -> None:
+        self.space.commit(key)
+
+    def abort(self, key: str) -> None:
+        self.space.abort(key)
+
+    def forget(self, key: str) -> None:
+        self.space.forget(key)
+
+    def used(self, reads: dict[str, int]) -> None:
+        self.space.used(reads)
+
+    def persist(self) -> None:
+        self.space.persist()
+
+    def set_capacity(self, capacity: int) -> int:
+        return self.space.set_capacity(capacity)
+
+    def usage(self) -> Usage:
+        return self.space.usage()
+
+    def close(self) -> None:
+        self.space.close()

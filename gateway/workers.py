@@ -1,0 +1,227 @@
+"""A node served by several worker processes: ``lakegate serve --workers N`` (LAKEGATE_WORKERS;
+default one per core).
+
+The ``lakegate serve`` process becomes the node's supervisor. It checks the settings, opens the
+space manager of each cache tier (``cachetier.blocks.space``: capacity and eviction, rebuilt from
+the disk) and serves them on a Unix socket in the cache directory (``cachetier.blocks.spaceipc``),
+creates the metadata write stamps (``cachetier.read.generations``), reserves the port, and
+starts N workers (``Supervisor``), starting a new one in place of any that dies. Each worker
+serves uvicorn on a socket of its own bound to the node's address with SO_REUSEPORT (the kernel
+spreads connections over them), and is a whole gateway: same settings, same node id and peer
+URL (one member of the cluster, one ring position), reading and writing the node's block files
+directly (a block any worker fetched is a hit for all), asking the space manager only to put,
+and reporting its reads in batches.
+
+Node-level state, with several workers:
+
+- blocks and their capacity (L1 and L2): one directory per tier, one manager (above);
+- metadata: each worker caches its own, and a write or a peer's invalidation through any worker
+  makes every worker's entry of the key stale before the write is acknowledged (write stamps);
+- the HTTP bounds of the node are split: each worker takes LAKEGATE_MAX_CONNECTIONS / N
+  connections and LAKEGATE_CACHE_ON_WRITE_BUDGET / N bytes of buffered uploads, so the node
+  holds its bounds whatever worker the kernel hands a connection to;
+- membership: each worker heartbeats its peers as the same member and keeps its own view of
+  the ring (the same from the same heartbeats); a peer's heartbeat or fetch reaches any worker;
+- counters: each worker counts its own requests; /metrics and the admin stats add up the
+  node's workers (``gateway.workerstats``).
+
+A worker stops when the supervisor dies (PR_SET_PDEATHSIG), so no orphan keeps the port or
+the cache. A worker killed mid-put leaves a reservation and a tmp/ file; the space manager
+settles both when the worker's connection closes (``cachetier.blocks.space``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import multiprocessing
+import multiprocessing.process
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from contextlib import ExitStack
+from pathlib import Path
+
+from cachetier.blocks.files import BlockFiles
+from cachetier.blocks.space import Space
+from cachetier.blocks.spaceipc import SpaceConnection, SpaceServer, socket_path
+from cachetier.read.generations import Generations
+from gateway.settings import Settings
+
+STARTUP_FAILURE = 3  # uvicorn's exit status when a server cannot start
+
+log = logging.getLogger("lakegate.workers")
+
+# Set by the supervisor for its workers: where the space manager listens.
+SPACE_SOCKET_ENV = "LAKEGATE_SPACE_SOCKET"
+_PR_SET_PDEATHSIG = 1
+
+
+def generations_path(settings: Settings) -> Path:
+    return settings.cache.directory / "generations"
+
+
+def worker_share(settings: Settings) -> Settings:
+    """The settings of one of ``settings.server.workers`` workers: the node's bounds split."""
+    n = settings.server.workers
+    server = settings.server
+    http = dataclasses.replace(server.http, max_connections=max(1, server.http.max_connections // n))
+    on_write = settings.cache.on_write
+    cache = dataclasses.replace(
+        settings.cache, on_write=dataclasses.replace(on_write, budget_bytes=on_write.budget_bytes // n)
+    )
+    return dataclasses.replace(settings, server=dataclasses.replace(server, http=http), cache=cache)
+
+
+def open_spaces(stack: ExitStack, settings: Settings) -> SpaceServer | None:
+    """The node's space managers, served to its workers; None when the cache is off."""
+    if not settings.cache.enabled:
+        return None
+    cache = settings.cache
+    capacities = {"l1": cache.l1_capacity}
+    if settings.cluster is not None:
+        capacities["l2"] = settings.cluster.l2_capacity
+    spaces = {}
+    for tier, capacity in capacities.items():
+        space = Space(BlockFiles(cache.directory / tier), capacity, cache.eviction)
+        evicted = space.load()
+        usage = space.usage()
+        log.info("%s: %d blocks, %d bytes of %d%s", tier.upper(), usage.blocks, usage.used, capacity,
+                 f" ({evicted} evicted to fit)" if evicted else "")
+        spaces[tier] = space
+    server = SpaceServer(socket_path(cache.directory), spaces)
+    stack.callback(server.close)
+    Generations(generations_path(settings)).close()  # created (or kept) before any worker maps it
+    return server
+
+
+def supervise(settings: Settings, overrides: Mapping[str, str], uvicorn_options: dict[str, object]) -> None:
+    """Run the node as ``settings.server.workers`` worker processes until SIGTERM or SIGINT.
+    ``overrides`` (command-line flags by settings field) reach the workers as LAKEGATE_*
+    variables, so each loads the settings this process checked."""
+    for field, value in overrides.items():
+        os.environ[f"LAKEGATE_{field.upper()}"] = value
+    os.environ["LAKEGATE_WORKERS"] = str(settings.server.workers)
+    with ExitStack() as stack:
+        server = open_spaces(stack, settings)
+        if server is not None:
+            os.environ[SPACE_SOCKET_ENV] = server.path
+        # Bound, never listening: the port is ours (a second node on it fails here, at once),
+        # and no connection is queued where no worker accepts.
+        stack.enter_context(reuseport_socket(settings.server.host, settings.server.port))
+        code = Supervisor(settings.server.workers, uvicorn_options).run()
+    if code:
+        sys.exit(code)
+
+
+def reuseport_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port) with SO_REUSEPORT: each worker listens on its own, and
+    the kernel spreads new connections over them evenly (one shared socket would hand most of
+    them to whichever worker last waited on it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class Supervisor:
+    """Starts ``count`` workers (spawned processes, each serving uvicorn on its own SO_REUSEPORT
+    socket), starts a new one in place of any that exits, and on SIGTERM or SIGINT stops them
+    all (SIGTERM: uvicorn's graceful shutdown, then SIGKILL after ``grace`` seconds). A worker
+    that fails to start (uvicorn's exit status 3: the app, TLS or the socket is broken) would
+    fail again: the supervisor stops and returns 3."""
+
+    def __init__(self, count: int, options: dict[str, object], grace: float = 15.0) -> None:
+        self.count = count
+        self.options = options
+        self.grace = grace
+        self._context = multiprocessing.get_context("spawn")
+        self._stop = threading.Event()
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._stop.set())
+        workers = [self._start(i) for i in range(self.count)]
+        code = 0
+        while not self._stop.wait(0.5):
+            for i, worker in enumerate(workers):
+                if worker.is_alive():
+                    continue
+                if worker.exitcode == STARTUP_FAILURE:
+                    log.error("worker %d (pid %s) failed to start: stopping the node", i, worker.pid)
+                    code = STARTUP_FAILURE
+                    self._stop.set()
+                    break
+                log.warning("worker %d (pid %s) exited with %s: starting another", i, worker.pid, worker.exitcode)
+                workers[i] = self._start(i)
+        self._stop_all(workers)
+        return code
+
+    def _start(self, index: int) -> multiprocessing.process.BaseProcess:
+        worker = self._context.Process(target=_serve_worker, args=(self.options,), name=f"lakegate-worker-{index}")
+        worker.start()
+        log.info("worker %d: pid %s", index, worker.pid)
+        return worker
+
+    def _stop_all(self, workers: list[multiprocessing.process.BaseProcess]) -> None:
+        for worker in workers:
+            if worker.is_alive() and worker.pid is not None:
+                os.kill(worker.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+            if worker.is_alive():
+                log.warning("worker pid %s still running %.0f s after SIGTERM: killed", worker.pid, self.grace)
+                worker.kill()
+                worker.join()
+
+
+def _serve_worker(options: dict[str, object]) -> None:
+    """A worker process: uvicorn serving ``worker_app`` on a socket of its own."""
+    import uvicorn
+
+    _die_with_parent()
+    host, port = str(options["host"]), int(options["port"])  # type: ignore[call-overload]
+    sock = reuseport_socket(host, port)
+    config = uvicorn.Config("gateway.workers:worker_app", factory=True, **options)  # type: ignore[arg-type]
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def worker_app() -> object:
+    """The app of one worker (uvicorn calls this in each worker process)."""
+    from gateway.app import LakegateApp
+    from gateway.cli import configure_logging, load_settings, load_tenants
+    from gateway.wiring import Shared
+
+    settings = load_settings({})
+    configure_logging(settings)
+    tenants = load_tenants(settings)
+    shared = None
+    path = os.environ.get(SPACE_SOCKET_ENV)
+    if path and settings.cache.enabled:
+        shared = Shared(SpaceConnection(path), Generations(generations_path(settings)))
+    return LakegateApp(worker_share(settings), tenants=tenants, shared=shared)
+
+
+def _die_with_parent() -> None:
+    """SIGTERM this worker when its supervisor dies (Linux), and exit now if it already has."""
+    parent = multiprocessing.parent_process()
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        log.debug("PR_SET_PDEATHSIG unavailable: a worker outlives a killed supervisor")
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(0)
+
