@@ -3,14 +3,14 @@ queries: ``CachedLake.snapshot``, ``Cluster.ring_report``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from cachetier.cachedlake import CachedLake
 from cachetier.cluster.node import CLUSTER_COUNTERS, Cluster
-from cachetier.telemetry.counters import COUNTERS, CacheStats
+from cachetier.telemetry.counters import COUNTERS
+from cachetier.telemetry.snapshots import CacheSnapshot
 
 # What a tier's hits and misses count: each is one block read that asked the tier, so hits +
 # misses is every such read (a read the store failed on is a miss; see lakegate_cache_*_errors).
@@ -23,18 +23,19 @@ TIER_READS = {
 
 
 class CacheCollector(Collector):
-    def __init__(self, stats: CacheStats, cache: CachedLake | None) -> None:
-        self.stats = stats
-        self.cache = cache
+    """The node's cache counters: ``snapshot`` answers them (all workers' counts; None: the cache is off)."""
+
+    def __init__(self, snapshot: Callable[[], CacheSnapshot | None]) -> None:
+        self.snapshot = snapshot
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        snapshot = self.stats.snapshot()
+        cache = self.snapshot()
+        per_tenant = cache.per_tenant if cache is not None else {}
         for name, help_text in COUNTERS.items():
             family = CounterMetricFamily(f"lakegate_cache_{name}", help_text, labels=["tenant"])
-            for tenant, counts in snapshot.items():
+            for tenant, counts in per_tenant.items():
                 family.add_metric([tenant], counts.get(name, 0))
             yield family
-        cache = self.cache.snapshot() if self.cache is not None else None
         if cache is not None:
             yield GaugeMetricFamily("lakegate_write_buffered_bytes", "PUT bodies held in memory for cache-on-write",
                                     value=cache.write_buffered_bytes)
@@ -53,13 +54,17 @@ class CacheCollector(Collector):
 
 
 class ClusterCollector(Collector):
-    def __init__(self, cluster: Cluster) -> None:
+    """The node's cluster view; ``counters`` answers its counters (all workers' counts)."""
+
+    def __init__(self, cluster: Cluster, counters: Callable[[], Mapping[str, int]]) -> None:
         self.cluster = cluster
+        self.counters = counters
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         report = self.cluster.ring_report()
+        counters = self.counters()
         for name, help_text in CLUSTER_COUNTERS.items():
-            yield CounterMetricFamily(f"lakegate_cluster_{name}", help_text, value=self.cluster.counters[name])
+            yield CounterMetricFamily(f"lakegate_cluster_{name}", help_text, value=counters.get(name, 0))
         yield GaugeMetricFamily("lakegate_cluster_members_live", "live members, this node included",
                                 value=report.live_members)
         yield CounterMetricFamily("lakegate_cluster_ring_changes", "rings planned since start",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -41,9 +42,12 @@ from cachetier.telemetry.snapshots import CacheSnapshot
 from gateway.loops.membership import heartbeat_loop, host_load
 from gateway.metrics import CacheCollector, ClusterCollector
 from gateway.peerapi import PeerAPI
+from gateway.workerstats import WorkerBoard, node_cache, node_counters
 from gateway.s3.frontend import S3Frontend
 from gateway.settings import CacheSettings, ClusterSettings, LakeSettings, Settings
 from gateway.tenants import TenantDirectory
+
+log = logging.getLogger("lakegate.node")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Shared:
 
     space: SpaceConnection  # the tiers' space manager, in the node's supervisor
     generations: Generations  # metadata write stamps, mapped by every worker
+    board: WorkerBoard  # where the workers publish their counts (gateway.workerstats)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,14 +80,44 @@ class Node:
     cluster: Cluster | None
     s3: S3Frontend
     peer_api: PeerAPI
-    registry: CollectorRegistry
+    board: WorkerBoard | None = None  # with several workers: the others' counts
+    registry: CollectorRegistry = dataclasses.field(init=False)  # /metrics: the node's counts
+
+    def __post_init__(self) -> None:
+        registry = CollectorRegistry(auto_describe=True)
+        registry.register(CacheCollector(self.cache_snapshot))
+        if self.cluster is not None:
+            registry.register(ClusterCollector(self.cluster, self.cluster_counters))
+        object.__setattr__(self, "registry", registry)
+
+    def cache_snapshot(self) -> CacheSnapshot | None:
+        """The cache's state and the node's counts (this worker's, and the others' last published)."""
+        if self.cache is None:
+            return None
+        own = self.cache.snapshot()
+        return own if self.board is None else node_cache(own, self.board.others())
+
+    def cluster_counters(self) -> dict[str, int]:
+        if self.cluster is None:
+            return {}
+        own = self.cluster.counter_values()
+        return own if self.board is None else node_counters(own, self.board.others(), "cluster")
+
+    def publish(self) -> None:
+        """This worker's own counts, for the node's other workers to add (``board``)."""
+        if self.board is not None:
+            own_cache = self.cache.snapshot() if self.cache is not None else None
+            self.board.publish(own_cache, self.cluster.counter_values() if self.cluster is not None else None)
 
     def stats(self) -> NodeStats:
+        cluster = None
+        if self.cluster is not None:
+            cluster = {**self.cluster.snapshot(), "counters": self.cluster_counters()}
         return NodeStats(
             lake="s3" if self.settings.lake.s3 is not None else "dir",
             tenants=tuple(t.name for t in self.tenants.tenants),
-            cache=self.cache.snapshot() if self.cache is not None else None,
-            cluster=self.cluster.snapshot() if self.cluster is not None else None,
+            cache=self.cache_snapshot(),
+            cluster=cluster,
         )
 
 
@@ -178,12 +213,21 @@ def start_task(stack: contextlib.AsyncExitStack, work: Coroutine[Any, Any, None]
 # ---- the node -------------------------------------------------------------------------------
 
 
-def _registry(stats: CacheStats, cache: CachedLake | None, cluster: Cluster | None) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(CacheCollector(stats, cache))
-    if cluster is not None:
-        registry.register(ClusterCollector(cluster))
-    return registry
+async def publish_loop(node: Node, interval: float = 1.0) -> None:
+    """Publish this worker's counts every ``interval`` seconds, and once more at the end."""
+    try:
+        while True:
+            await asyncio.sleep(interval)
+            _publish(node)
+    finally:
+        _publish(node)
+
+
+def _publish(node: Node) -> None:
+    try:
+        node.publish()
+    except OSError as exc:  # a full disk: the others miss this worker's counts until the next
+        log.warning("could not publish this worker's counts: %s", exc)
 
 
 def _load(cache: CachedLake | None) -> Callable[[], dict[str, float]]:
@@ -220,4 +264,8 @@ async def running_node(
             start_task(stack, heartbeat_loop(cluster, load))
         served = cache if cache is not None else lake
         s3 = S3Frontend(served, tenants, settings.server.frontend)
-        yield Node(settings, tenants, served, cache, cluster, s3, peer_api, _registry(counters, cache, cluster))
+        node = Node(settings, tenants, served, cache, cluster, s3, peer_api,
+                    board=shared.board if shared is not None else None)
+        if node.board is not None:
+            start_task(stack, publish_loop(node))
+        yield node

@@ -22,8 +22,9 @@ Node-level state, with several workers:
   holds its bounds whatever worker the kernel hands a connection to;
 - membership: each worker heartbeats its peers as the same member and keeps its own view of
   the ring (the same from the same heartbeats); a peer's heartbeat or fetch reaches any worker;
-- counters: each worker counts its own requests; /metrics and the admin stats add up the
-  node's workers (``gateway.workerstats``).
+- counters: each worker counts its own requests and publishes them every second; /metrics and
+  the admin stats add up the node's workers (``gateway.workerstats``); the HTTP layer's refusal
+  counter (lakegate_http_refused_total) stays per worker.
 
 A worker stops when the supervisor dies (PR_SET_PDEATHSIG), so no orphan keeps the port or
 the cache. A worker killed mid-put leaves a reservation and a tmp/ file; the space manager
@@ -38,6 +39,7 @@ import logging
 import multiprocessing
 import multiprocessing.process
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -52,6 +54,7 @@ from cachetier.blocks.space import Space
 from cachetier.blocks.spaceipc import SpaceConnection, SpaceServer, socket_path
 from cachetier.read.generations import Generations
 from gateway.settings import Settings
+from gateway.workerstats import WorkerBoard
 
 STARTUP_FAILURE = 3  # uvicorn's exit status when a server cannot start
 
@@ -64,6 +67,10 @@ _PR_SET_PDEATHSIG = 1
 
 def generations_path(settings: Settings) -> Path:
     return settings.cache.directory / "generations"
+
+
+def board_path(settings: Settings) -> Path:
+    return settings.cache.directory / "workers"
 
 
 def worker_share(settings: Settings) -> Settings:
@@ -97,6 +104,7 @@ def open_spaces(stack: ExitStack, settings: Settings) -> SpaceServer | None:
     server = SpaceServer(socket_path(cache.directory), spaces)
     stack.callback(server.close)
     Generations(generations_path(settings)).close()  # created (or kept) before any worker maps it
+    shutil.rmtree(board_path(settings), ignore_errors=True)  # counts of the node's last run
     return server
 
 
@@ -210,7 +218,7 @@ def worker_app() -> object:
     shared = None
     path = os.environ.get(SPACE_SOCKET_ENV)
     if path and settings.cache.enabled:
-        shared = Shared(SpaceConnection(path), Generations(generations_path(settings)))
+        shared = Shared(SpaceConnection(path), Generations(generations_path(settings)), WorkerBoard(board_path(settings)))
     return LakegateApp(worker_share(settings), tenants=tenants, shared=shared)
 
 

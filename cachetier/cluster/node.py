@@ -131,8 +131,11 @@ class Cluster:
         hosts = sorted({str(info[4][0]) for info in infos})
         return [f"{scheme}://{f'[{h}]' if ':' in h else h}:{port}" for h in hosts]
 
+    def counter_values(self) -> dict[str, int]:
+        return {n: self.counters[n] for n in CLUSTER_COUNTERS}
+
     def snapshot(self) -> dict[str, object]:
-        return {**self.membership.snapshot(), "counters": {n: self.counters[n] for n in CLUSTER_COUNTERS}}
+        return {**self.membership.snapshot(), "counters": self.counter_values()}
 
     def ring_report(self) -> RingReport:
         membership = self.membership
