@@ -36,7 +36,8 @@ class Tenant:
     anonymous: bool = False  # the front end's reader of public buckets, never from the file
 
     def may_use(self, bucket: str) -> bool:
-        return any(fnmatch.fnmatchcase(bucket, pattern) for pattern in self.buckets)
+        # "*" (every bucket, the default) matches whatever fnmatch would: no pattern to run
+        return any(pattern == "*" or fnmatch.fnmatchcase(bucket, pattern) for pattern in self.buckets)
 
     def __repr__(self) -> str:  # never show the secret in logs or tracebacks
         return f"Tenant(name={self.name!r}, access_key={self.access_key!r}, weight={self.weight})"
