@@ -115,7 +115,10 @@ class S3Frontend:
                 )
 
     async def _handle(self, req: S3Request, body: RequestBody) -> Response:
-        if sum(len(k) + len(v) + 4 for k, v in req.raw_headers) > self.max_header_bytes:
+        size = 0
+        for name, value in req.raw_headers:  # a loop, not sum(generator): it runs on every request
+            size += len(name) + len(value) + 4
+        if size > self.max_header_bytes:
             raise errors.RequestHeaderSectionTooLarge()
         auth = self._authenticate(req)
         if auth is None:
