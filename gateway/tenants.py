@@ -36,7 +36,11 @@ class Tenant:
     anonymous: bool = False  # the front end's reader of public buckets, never from the file
 
     def may_use(self, bucket: str) -> bool:
-        return any(fnmatch.fnmatchcase(bucket, pattern) for pattern in self.buckets)
+        for pattern in self.buckets:  # a loop, not any(generator): this runs on every request
+            # "*" (every bucket, the default) matches whatever fnmatch would: no pattern to run
+            if pattern == "*" or fnmatch.fnmatchcase(bucket, pattern):
+                return True
+        return False
 
     def __repr__(self) -> str:  # never show the secret in logs or tracebacks
         return f"Tenant(name={self.name!r}, access_key={self.access_key!r}, weight={self.weight})"

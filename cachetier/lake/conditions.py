@@ -33,6 +33,9 @@ class Conditions:
         S3's precedence (RFC 7232 section 6): If-Match decides over If-Unmodified-Since, and
         If-None-Match decides over If-Modified-Since. Last-Modified has one-second resolution.
         """
+        if (self.if_match is None and self.if_none_match is None
+                and self.if_modified_since is None and self.if_unmodified_since is None):
+            return  # most reads carry no condition: nothing to strip or compare
         tag = etag.strip('"')
         lm = last_modified.replace(microsecond=0)
         if self.if_match is not None:

@@ -22,6 +22,7 @@ and ``policies``.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -42,6 +43,11 @@ from cachetier.read.sources import Sources
 from cachetier.read.tiers import Tiers
 from cachetier.telemetry.counters import CacheStats
 from policies import admission, readahead
+
+
+# A hot block's id (a blake2b and a validated dataclass) is the same on every hit: computed once
+# per (bucket, key, etag, index, block size) among the last 4096 read, as ids are values.
+_block_id = functools.lru_cache(maxsize=4096)(BlockId.of)
 
 
 class ReadPath:
@@ -208,7 +214,7 @@ class ReadPath:
             ahead = readahead.window(index, ahead_limit, self.readahead)
             lo, hi = block_bounds(index, info.size, self.block_size)
             a, b = max(start, lo) - lo, min(end, hi) - lo + 1
-            bid = BlockId.of(info.bucket, info.key, info.etag, index, self.block_size)
+            bid = _block_id(info.bucket, info.key, info.etag, index, self.block_size)
             data, tier = await self.tiers.read(bid, hi - lo + 1, asked=self.tiers.asked(info, index))
             if data is not None:
                 self._prefetch(info, ahead, ctx)

@@ -70,6 +70,11 @@ class S3Frontend:
         # request ids: unique per process start + a counter (os.urandom per request costs a syscall)
         self._id_prefix = os.urandom(4).hex().upper()
         self._ids = itertools.count()
+        # per request these would be built anew: a counter's child found by its labels (a lock and
+        # a label check each time) and the data plane's frozen context; both are values, so kept
+        # per (operation, status) and per (tenant, no-cache): as many as there are such pairs
+        self._counted: dict[tuple[str, int], Counter] = {}
+        self._contexts: dict[tuple[str, bool], context.RequestContext] = {}
 
     async def __call__(self, scope, receive, send_) -> None:  # type: ignore[no-untyped-def]
         if scope["type"] != "http":
@@ -95,7 +100,7 @@ class S3Frontend:
             sent = await send(send_, resp, request_id, head)
         finally:
             op = req.operation if req is not None and req.operation else "Unknown"
-            REQUESTS.labels(op, str(resp.status)).inc()
+            self._requests(op, resp.status).inc()
             if self.access_log and access_log.isEnabledFor(logging.INFO):
                 access_log.info(
                     '%s %s "%s %s" %d %d %.1fms %s',
@@ -110,7 +115,10 @@ class S3Frontend:
                 )
 
     async def _handle(self, req: S3Request, body: RequestBody) -> Response:
-        if sum(len(k) + len(v) + 4 for k, v in req.raw_headers) > self.max_header_bytes:
+        size = 0
+        for name, value in req.raw_headers:  # a loop, not sum(generator): it runs on every request
+            size += len(name) + len(value) + 4
+        if size > self.max_header_bytes:
             raise errors.RequestHeaderSectionTooLarge()
         auth = self._authenticate(req)
         if auth is None:
@@ -123,9 +131,22 @@ class S3Frontend:
             raise AccessDenied(resource=req.resource)
         # on a PUT, Cache-Control is the object's own header, not a directive to us
         no_cache = req.method in ("GET", "HEAD") and _no_cache(req.headers)
-        context.current.set(context.RequestContext(req.tenant.name, no_cache=no_cache))
+        context.current.set(self._context(req.tenant.name, no_cache))
         body.authenticated(auth)
         return await HANDLERS[req.operation](Call(self.lake, req, body, req.tenant))
+
+    def _requests(self, operation: str, status: int) -> Counter:
+        """The requests counter's child for ``operation`` and ``status``."""
+        child = self._counted.get((operation, status))
+        if child is None:
+            child = self._counted[(operation, status)] = REQUESTS.labels(operation, str(status))
+        return child
+
+    def _context(self, tenant: str, no_cache: bool) -> context.RequestContext:
+        found = self._contexts.get((tenant, no_cache))
+        if found is None:
+            found = self._contexts[(tenant, no_cache)] = context.RequestContext(tenant, no_cache=no_cache)
+        return found
 
     def _authenticate(self, req: S3Request) -> AuthContext | None:
         """SigV4, or SigV2 when the request is signed that way and SigV2 is on (when it is off,

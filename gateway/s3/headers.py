@@ -51,9 +51,16 @@ def http_date(value: str | None) -> datetime | None:
         return None
 
 
+_NO_CONDITIONS = Conditions()
+
+
 def conditions(headers: Mapping[str, str], prefix: str = "") -> Conditions:
     """The conditions of ``if-*`` headers (``prefix`` ``""``) or of a copy's
     ``x-amz-copy-source-if-*`` ones; ``headers`` has lower-case names."""
+    p = prefix
+    if (p + "if-match" not in headers and p + "if-none-match" not in headers
+            and p + "if-modified-since" not in headers and p + "if-unmodified-since" not in headers):
+        return _NO_CONDITIONS  # most reads: one shared value (frozen) rather than one each
     return Conditions(
         if_match=headers.get(prefix + "if-match"),
         if_none_match=headers.get(prefix + "if-none-match"),

@@ -52,7 +52,7 @@ def from_scope(scope: Mapping[str, Any], host_suffixes: tuple[str, ...]) -> S3Re
     query_string: bytes = scope.get("query_string", b"")
     try:
         path = unquote(raw_path.decode("ascii"), errors="strict")
-        query = dict(parse_qsl(query_string.decode("ascii"), keep_blank_values=True, errors="strict"))
+        query = dict(parse_qsl(query_string.decode("ascii"), keep_blank_values=True, errors="strict")) if query_string else {}
     except (UnicodeDecodeError, ValueError) as exc:
         raise InvalidURI() from exc
     host_bucket = _bucket_from_host(headers.get("host", ""), host_suffixes)

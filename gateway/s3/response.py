@@ -51,12 +51,16 @@ async def send(send, resp: Response, request_id: str, head: bool) -> int:  # typ
     try:
         async for chunk in resp.stream.body:
             if chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 sent += len(chunk)
+                # the chunk that completes Content-Length ends the response: one ASGI message
+                # (and server write path) less than an empty closing one; a byte past it fails
+                # the server's send, as one past Content-Length did
+                await send({"type": "http.response.body", "body": chunk, "more_body": sent != length})
     finally:
         await resp.stream.aclose()
     if sent != length:
         # the lake ended early: the client must see a broken response, not a short "success"
         raise ConnectionError(f"lake body ended after {sent} of {length} bytes")
-    await send({"type": "http.response.body", "body": b""})
+    if length == 0:
+        await send({"type": "http.response.body", "body": b""})
     return sent

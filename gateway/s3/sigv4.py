@@ -192,6 +192,7 @@ def headers_of(req: SignedRequest) -> dict[str, str]:
     return first
 
 
+@functools.lru_cache(maxsize=1024)  # every request parses its time twice; a second's clients share one
 def _parse_time(amz_date: str) -> datetime | None:
     m = _AMZ_DATE.fullmatch(amz_date)
     if m is None:
@@ -395,7 +396,7 @@ def authenticate(
     naive UTC. Raises the S3 error a client of S3 would see."""
     headers = headers_of(req)
     params = query_params(req.query_string) if req.query_string else {}
-    in_query = any(name in params for name in QUERY_AUTH)
+    in_query = bool(params) and any(name in params for name in QUERY_AUTH)
     if "authorization" in headers and (in_query or "Signature" in params):
         raise InvalidArgument(ONE_MECHANISM)
     expires: int | None = None

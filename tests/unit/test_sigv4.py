@@ -26,6 +26,7 @@ from gateway.s3.errors import (
     RequestTimeTooSkewed,
     SignatureDoesNotMatch,
 )
+from gateway.s3 import sigv4
 from gateway.s3.sigv4 import (
     EMPTY_SHA256,
     SignedRequest,
@@ -312,6 +313,22 @@ def test_wrong_secret_and_clock_skew() -> None:
         with pytest.raises(RequestTimeTooSkewed):
             authenticate(GET_OBJECT, secrets, S3_TIME + skew)
     assert authenticate(GET_OBJECT, secrets, (S3_TIME + timedelta(minutes=14)).replace(tzinfo=None))
+
+
+def test_cached_keys_and_times_still_verify_every_request() -> None:
+    """The signing key (per secret, date, region, service) and the parsed request time are
+    cached, bounded; the signature is still computed and compared on every request."""
+    signing_key.cache_clear()
+    assert authenticate(GET_OBJECT, secrets, S3_TIME) is not None
+    assert authenticate(GET_OBJECT, secrets, S3_TIME) is not None
+    assert signing_key.cache_info().hits >= 1 and signing_key.cache_info().maxsize == 512
+    tampered = SignedRequest(GET_OBJECT.method, GET_OBJECT.raw_path + b"x", GET_OBJECT.query_string, GET_OBJECT.headers)
+    with pytest.raises(SignatureDoesNotMatch):  # same key, same time, from the caches: still checked
+        authenticate(tampered, secrets, S3_TIME)
+    with pytest.raises(SignatureDoesNotMatch):  # another secret for that key and date: another entry
+        authenticate(GET_OBJECT, lambda _: "not-the-secret", S3_TIME)
+    parsed = sigv4._parse_time.cache_info()  # type: ignore[attr-defined]
+    assert parsed.maxsize is not None and parsed.hits >= 1
 
 
 def test_date_header_fallback() -> None:
