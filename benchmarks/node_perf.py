@@ -317,6 +317,7 @@ class Runner:
                 log("  mixed_replay  " + " | ".join(line))
             self._check_hits()
         finally:
+            await setup.aclose()  # its idle connections: RGW may have closed them during the rounds
             try:
                 log(f"deleting bucket {data.bucket}")
                 await setup.delete_bucket_with_objects(data.bucket)
@@ -470,7 +471,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, len(panels), figsize=(18, 4.2))
     for ax, (title, labels, values) in zip(axes, panels, strict=True):
         bars = ax.bar(list(labels), values, color=[colors[label.split()[0]] for label in labels])
-        ax.bar_label(bars, labels=[f"{v:,.3g}" for v in values], padding=2, fontsize=7)
+        ax.bar_label(bars, labels=[f"{v:,.0f}" if v >= 100 else f"{v:.3g}" for v in values], padding=2, fontsize=7)
         ax.set_title(title, fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
         ax.set_ylim(0, max(values) * 1.2 or 1)
