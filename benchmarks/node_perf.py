@@ -20,7 +20,13 @@ Workloads, every side in every round, the order of the sides flipping each round
                      1-8 MiB object: wall time (lg2, nginx)
     mixed_replay     a generated trace: 8 concurrent readers of hot 256 KiB objects (warm) while
                      4 readers fill cold 8 MiB objects (fresh each round, never read through
-                     either cache): hit latency (p50/p99) apart from miss latency (lg2, nginx)
+                     either cache): hit latency (p50/p99) apart from miss latency, and the same
+                     hits' latency alone, just before, without fills (lg2, nginx)
+
+Requests are signed in headers (wrk replays one signed GET; curl --aws-sigv4; the Python client),
+never presigned: nginx's cache key holds the query string, so presigned URLs (a new signature
+per URL) would miss every time. nginx forwards the signed request with Host unchanged and RGW
+verifies it (harness/nginx.py); an unsigned GET of a cached object is a hit on nginx too.
 
 Server CPU is the process tree's (psutil: the server and every descendant, so lakegate's
 workers and nginx's workers and cache manager are all counted), over each run. Everything is
@@ -201,7 +207,8 @@ class Runner:
         self.small: dict[str, list[tuple[WrkResult, float]]] = {s: [] for s in SMALL_SIDES}
         self.big: dict[str, list[tuple[float, int, float]]] = {s: [] for s in BIG_SIDES}
         self.mappers: dict[str, list[float]] = {s: [] for s in PAIR_SIDES}
-        self.hits: dict[str, list[float]] = {s: [] for s in PAIR_SIDES}
+        self.hits: dict[str, list[float]] = {s: [] for s in PAIR_SIDES}  # while cold fills run
+        self.hits_alone: dict[str, list[float]] = {s: [] for s in PAIR_SIDES}  # the same trace, no fills
         self.misses: dict[str, list[float]] = {s: [] for s in PAIR_SIDES}
         self.warnings: list[str] = []
 
@@ -277,6 +284,9 @@ class Runner:
                 misses.append(got.total)
 
         try:
+            await asyncio.gather(*(hot_reader(t) for t in traces))  # alone first: the hits' own latency
+            self.hits_alone[side].extend(hits)
+            hits.clear()
             await asyncio.gather(*(hot_reader(t) for t in traces), *(cold_reader() for _ in range(cfg.cold_readers)))
         finally:
             await client.aclose()
@@ -312,7 +322,9 @@ class Runner:
                 line = []
                 for side in rotate(PAIR_SIDES, round_no):
                     hits, misses = await self.mixed(side, data, round_no)
+                    alone = self.hits_alone[side][-len(hits):]
                     line.append(f"{side} hit p50 {percentile(hits, 50) * 1e3:.2f} ms p99 {percentile(hits, 99) * 1e3:.2f}"
+                                f" (alone p50 {percentile(alone, 50) * 1e3:.2f})"
                                 f" miss p50 {percentile(misses, 50) * 1e3:.0f} ms")
                 log("  mixed_replay  " + " | ".join(line))
             self._check_hits()
@@ -410,6 +422,8 @@ class Runner:
         mappers = {side: {"wall_s": rounded(median(runs))} for side, runs in self.mappers.items()}
         mixed = {side: {"hit_p50_ms": rounded(percentile(self.hits[side], 50) * 1e3),
                         "hit_p99_ms": rounded(percentile(self.hits[side], 99) * 1e3),
+                        "hit_alone_p50_ms": rounded(percentile(self.hits_alone[side], 50) * 1e3),
+                        "hit_alone_p99_ms": rounded(percentile(self.hits_alone[side], 99) * 1e3),
                         "miss_p50_ms": rounded(percentile(self.misses[side], 50) * 1e3),
                         "miss_p99_ms": rounded(percentile(self.misses[side], 99) * 1e3),
                         "hits": len(self.hits[side]), "misses": len(self.misses[side])} for side in PAIR_SIDES}
@@ -428,6 +442,8 @@ class Runner:
             "mappers_48_time_lg2_vs_nginx": ratio(mappers["lg2"]["wall_s"], mappers["nginx"]["wall_s"]),
             "mixed_hit_p50_lg2_vs_nginx": ratio(mixed["lg2"]["hit_p50_ms"], mixed["nginx"]["hit_p50_ms"]),
             "mixed_hit_p99_lg2_vs_nginx": ratio(mixed["lg2"]["hit_p99_ms"], mixed["nginx"]["hit_p99_ms"]),
+            "mixed_hit_p50_with_fills_vs_alone_lg2": ratio(mixed["lg2"]["hit_p50_ms"], mixed["lg2"]["hit_alone_p50_ms"]),
+            "mixed_hit_p50_with_fills_vs_alone_nginx": ratio(mixed["nginx"]["hit_p50_ms"], mixed["nginx"]["hit_alone_p50_ms"]),
             "mixed_miss_p50_lg2_vs_nginx": ratio(mixed["lg2"]["miss_p50_ms"], mixed["nginx"]["miss_p50_ms"]),
         }
         return {"hot_4KiB_c32": small, "hot_64MiB_x4": big, "mappers_48": mappers, "mixed_replay": mixed,
@@ -567,8 +583,8 @@ def main(argv: list[str] | None = None) -> int:
             "mappers": f"{cfg.mapper_objects} curl processes at once, one warm 1-8 MiB object each",
             "mixed": f"{cfg.hot_readers} readers x {cfg.hot_gets_per_reader} GETs of {cfg.hot_objects} warm "
                      f"{HOT_SIZE // KiB} KiB objects while {cfg.cold_readers} readers GET {cfg.cold_per_round} cold "
-                     f"{COLD_SIZE // MiB} MiB objects (fresh per round); one asyncio client, keep-alive; latency = "
-                     "request sent -> last byte",
+                     f"{COLD_SIZE // MiB} MiB objects (fresh per round), after the same hot trace alone (hit_alone_*); "
+                     "one asyncio client, keep-alive; latency = request sent -> last byte",
             "cpu": "server process tree (psutil, descendants included) utime+stime over each run",
             "statistic": "median over rounds; mixed: percentiles over all rounds' requests; ratio = lakegate / other",
         },
