@@ -90,6 +90,19 @@ def terminate_pid(pid: int, timeout: float = 20.0) -> None:
         pass
 
 
+def wait_listening(proc: subprocess.Popen[bytes], port: int, timeout: float) -> bool:
+    """Wait until something accepts connections on 127.0.0.1:``port``; False when ``proc``
+    exited first or ``timeout`` seconds passed."""
+    from harness.ports import port_busy
+
+    deadline = time.monotonic() + timeout
+    while not port_busy(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 # -- cleanup on exit, failure and signals --------------------------------------------------------
 
 _cleanups: list[tuple[str, Callable[[], object]]] = []
@@ -144,18 +157,37 @@ def self_cpu_seconds() -> float:
     return t.user + t.system
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process and all its descendants alive now (e.g. a server's worker
+    processes), plus what its exited children it waited for used (psutil)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in (root, *root.children(recursive=True)):
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 class CpuMeter:
     """CPU seconds used by a set of processes (by pid) over a span; :meth:`start` / :meth:`stop`
-    may be called repeatedly and the spans add up."""
+    may be called repeatedly and the spans add up. ``tree``: each pid with its descendants
+    (:func:`tree_cpu_seconds`)."""
 
-    def __init__(self, pids: Iterable[int] = (), include_self: bool = False) -> None:
+    def __init__(self, pids: Iterable[int] = (), include_self: bool = False, tree: bool = False) -> None:
         self.pids = list(pids)
         self.include_self = include_self
+        self.tree = tree
         self.seconds = 0.0
         self._started: float | None = None
 
     def _now(self) -> float:
-        total = sum(process_cpu_seconds(pid) for pid in self.pids)
+        measure = tree_cpu_seconds if self.tree else process_cpu_seconds
+        total = sum(measure(pid) for pid in self.pids)
         return total + (self_cpu_seconds() if self.include_self else 0.0)
 
     def start(self) -> None:

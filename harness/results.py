@@ -91,3 +91,14 @@ def emit_result(name: str, result: dict[str, Any], path: Path | None = None) -> 
     print(text, flush=True)
     log(f"result written to {path}")
     return path
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> None:
+    """Lay out a matplotlib figure, write it to ``path`` (folders made) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    log(f"plot written to {path}")
