@@ -10,8 +10,9 @@ tests see no difference, and does only what they need:
 - HTTP/1.1 with keep-alive: a LIFO pool of idle connections per origin (up to ``max_idle``
   each), at most ``max_connections`` requests in flight (a request waits for a slot up to the
   pool timeout); idle connections of other origins are not counted against it;
-- responses parsed by httptools (llhttp, C), as they arrive, on an ``asyncio.Protocol``: a
-  body chunk is the bytes object llhttp hands over, with no copy in between; reading pauses
+- responses parsed by httptools (llhttp, C), as they arrive, on an ``asyncio.Protocol``; a
+  body with a Content-Length bypasses llhttp after the packet its head came in: each chunk is
+  then the bytes object the socket read returned, with no copy in between; reading pauses
   when ``_HIGH_WATER`` bytes are waiting for a slow consumer and resumes once it took them,
   and pauses at a response's first body bytes until the consumer has had them and asks for
   more (the first bytes reach it without waiting behind the parsing of the rest);
@@ -57,6 +58,11 @@ class _Response:
         self.until_eof = False  # neither Content-Length nor chunked: the body ends at EOF
         self.chunks: list[bytes] = []
         self.buffered = 0
+        self.received = 0  # body bytes so far
+        self.length: int | None = None  # Content-Length, for a body that has one
+        # body bytes still to come, once they bypass llhttp (a Content-Length body after the
+        # packet its head came in): None while llhttp parses
+        self.remaining: int | None = None
         self.held = False  # reading was paused at its first body bytes
         self.complete = False
         self.keep_alive = False
@@ -81,15 +87,20 @@ class _Response:
         self.headers_done = True
         # asked here: after the message, llhttp has reset the state the answer comes from
         self.keep_alive = bool(self.parser.should_keep_alive())
-        self.until_eof = not any(
-            name.lower() == b"content-length" or (name.lower() == b"transfer-encoding" and b"chunked" in value.lower())
-            for name, value in self.headers)
+        framing = {name.lower(): value for name, value in self.headers
+                   if name.lower() in (b"content-length", b"transfer-encoding")}
+        self.until_eof = not framing
+        # (llhttp has checked the value: digits, and no second Content-Length that differs)
+        if b"content-length" in framing and b"transfer-encoding" not in framing and not self.head_only \
+                and self.parser.get_status_code() not in _NO_BODY_STATUSES:
+            self.length = int(framing[b"content-length"])
 
     def on_body(self, body: bytes) -> None:
         if self.head_only:  # llhttp takes a HEAD's Content-Length for a body to come
             raise _UnaskedBytes("a body after a HEAD's head")
         self.chunks.append(body)
         self.buffered += len(body)
+        self.received += len(body)
 
     def on_message_complete(self) -> None:
         if self.interim:
@@ -123,15 +134,21 @@ class _Connection(asyncio.Protocol):
             self.error = httpx2.RemoteProtocolError("the lake sent bytes nobody asked for")
             self._lose()
             return
-        try:
-            self.parser.feed_data(data)
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:  # 101: nobody asked
-            self.error = httpx2.RemoteProtocolError(f"bad HTTP response: {exc}")
-            self._lose()
-            return
         response = self.response
-        if response.head_only and response.headers_done:
-            response.complete = True
+        if response.remaining is not None:
+            if not self._pass_body(response, data):
+                return
+        else:
+            try:
+                self.parser.feed_data(data)
+            except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:  # 101: nobody asked
+                self.error = httpx2.RemoteProtocolError(f"bad HTTP response: {exc}")
+                self._lose()
+                return
+            if response.head_only and response.headers_done:
+                response.complete = True
+            elif response.length is not None and not response.complete:
+                response.remaining = response.length - response.received
         if not self._paused and self.transport is not None:
             if response.buffered >= _HIGH_WATER:
                 self._paused = True
@@ -144,6 +161,24 @@ class _Connection(asyncio.Protocol):
                 response.held = self._paused = self._held = True
                 self.transport.pause_reading()
         self._wake()
+
+    def _pass_body(self, response: _Response, data: bytes) -> bool:
+        """Take body bytes of a known length as they came, without llhttp: it would copy each
+        packet into a new bytes object (measured: 18% of the loop's time during cold fills went
+        to feed_data, 1% after). False when bytes beyond the body came: the body is
+        whole, the connection is dropped (as llhttp's path does)."""
+        assert response.remaining is not None
+        if len(data) > response.remaining:
+            if response.remaining:
+                response.on_body(data[: response.remaining])
+            response.remaining, response.complete = 0, True
+            self.error = httpx2.RemoteProtocolError("the lake sent bytes nobody asked for")
+            self._lose()
+            return False
+        response.on_body(data)  # (the callback llhttp calls: body bytes, however they came)
+        response.remaining -= len(data)
+        response.complete = not response.remaining
+        return True
 
     def eof_received(self) -> bool:
         response = self.response
