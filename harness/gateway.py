@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
+import psutil
+
 from harness.endpoints import ADMIN_ENV, BENCH_TENANT, REGION, S3Endpoint, Target, Tenant, admin_get_json, tenants_toml
 from harness.ports import free_port
 from harness.processes import cancel_on_exit, gateway_environment, lakegate_command, log, on_exit, terminate
@@ -113,8 +115,36 @@ class Gateway:
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         self._wait_healthy()
+        self._wait_workers()
         log(f"lakegate serving at {self.url} (pid {self.pid}, lake {lake_location(self.lake)}, log {self.log_path})")
         return self.endpoint()
+
+    @property
+    def workers(self) -> int:
+        return int(self.env.get("LAKEGATE_WORKERS", "1"))
+
+    def listening_workers(self) -> list[int]:
+        """The pids of this gateway's processes listening on its port (its workers)."""
+        found = []
+        for proc in [psutil.Process(self.pid), *psutil.Process(self.pid).children()]:
+            try:
+                if any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port
+                       for c in proc.net_connections(kind="tcp")):
+                    found.append(proc.pid)
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
+    def _wait_workers(self) -> None:
+        """With several workers, health answers once the first listens: wait for all of them,
+        so that connections made next are spread over every worker."""
+        if self.workers <= 1:
+            return
+        deadline = time.monotonic() + self.start_timeout
+        while len(self.listening_workers()) < self.workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.workers} workers never listened: {self.listening_workers()}; see {self.log_path}")
+            time.sleep(0.05)
 
     def arguments(self) -> list[str]:
         """The `serve` options after --listen: lake, tenants, cache dir, TLS, ``extra_args``."""

@@ -80,27 +80,10 @@ def connect_to(gw: Gateway, opened: list[Connection], *, not_worker: int | None 
 
 
 def start_workers(start_gateway: StartGateway, count: int = 2, **settings: str) -> Gateway:
-    """A gateway of ``count`` workers, once every one of them listens (health answers as soon as
-    the first does)."""
+    """A gateway of ``count`` workers, every one listening (harness.gateway waits for them)."""
     gw = start_gateway(workers=str(count), **settings)
-    deadline = time.monotonic() + 60
-    while len(listening(gw)) < count:
-        assert time.monotonic() < deadline, f"{count} workers never listened: {listening(gw)}"
-        time.sleep(0.1)
+    assert len(gw.process.listening_workers()) == count
     return gw
-
-
-def listening(gw: Gateway) -> list[int]:
-    port = gw.process.port
-    found = []
-    for pid in workers(gw):
-        try:
-            conns = psutil.Process(pid).net_connections(kind="tcp")
-        except psutil.NoSuchProcess:
-            continue
-        if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in conns):
-            found.append(pid)
-    return found
 
 
 def workers(gw: Gateway) -> list[int]:
