@@ -24,13 +24,14 @@ from harness.rgwlog import RgwLog
 
 @pytest.fixture(scope="session")
 def start_cluster(rgw_target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartCluster]:
-    """``start_cluster(nodes=3, up_args=(...))``: a cluster up now, down at the end of the session."""
+    """``start_cluster(nodes=3, up_args=(...), env={...})``: a cluster up now, down at the end of
+    the session (``env``: LAKEGATE_* variables of its nodes)."""
     started: list[LocalCluster] = []
 
-    def start(nodes: int = 3, up_args: tuple[str, ...] = ()) -> LocalCluster:
+    def start(nodes: int = 3, up_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> LocalCluster:
         # the nodes' access log stays on and up() does not wait for the ring (the tests wait
         # for what they need)
-        cluster = LocalCluster(rgw_target.endpoint, nodes=nodes, tenants=(ALICE,), up_args=up_args, env={},
+        cluster = LocalCluster(rgw_target.endpoint, nodes=nodes, tenants=(ALICE,), up_args=up_args, env=env or {},
                                converge=False, workdir=tmp_path_factory.mktemp("cluster"))
         started.append(cluster)
         return cluster.up()
