@@ -12,6 +12,7 @@ from dataclasses import dataclass
 class RequestContext:
     tenant: str = "-"
     no_cache: bool = False  # Cache-Control: no-cache / Pragma: no-cache on the request
+    zero_copy: bool = False  # the GET's consumer sends file regions (cachetier.lake.FileRegion)
 
 
 current: ContextVar[RequestContext] = ContextVar("lakegate_request", default=RequestContext())

@@ -164,7 +164,7 @@ def _uvicorn_options(settings: Settings) -> dict[str, object]:
         port=server.port,
         # uvicorn's httptools protocol within the HTTP limits; a GET's head and first bytes in one write
         # (uvicorn calls http= with its own arguments; a partial adds the limits)
-        http=functools.partial(LakegateHttpProtocol, limits=server.http),
+        http=functools.partial(LakegateHttpProtocol, limits=server.http, zero_copy=server.zero_copy),
         ws="none",  # no WebSocket: an Upgrade request would leave the protocol and its limits
         log_level=server.log_level,
         access_log=False,  # ours (lakegate.access) leaves out query strings, which may hold signatures

@@ -10,6 +10,10 @@ head and first body bytes in the same turn, so they leave as one; a response wit
 follow (a HEAD, an error) leaves at the end of the turn, microseconds later. Measured on a cold
 64 MiB GET: the client's first byte is no longer delayed by a wake-up for the head alone.
 
+It also implements ASGI's zero-copy send extension (``http.response.zerocopysend``) on plain
+HTTP connections: a GET's large L1 hits leave as regions of their block files, sent by
+``os.sendfile`` from the page cache to the socket, never read into Python (see ``FileSender``).
+
 The protocol also holds each connection to :class:`gateway.httplimits.HttpLimits`, before the
 parser: httptools gathers a header's value whole before any callback, so a head is fed to it
 in slices no larger than what its allowance has left, and a refused request never starts the
@@ -19,7 +23,10 @@ app. The answers past each bound are :mod:`gateway.httplimits`'.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import os
+import select
 from typing import Any
 
 import httptools
@@ -27,6 +34,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from cachetier.lake import pread_exactly
 from gateway import httplimits
 from gateway.httplimits import HttpLimits, Refusal
 
@@ -70,6 +78,10 @@ class CoalescingTransport:
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + len(self._held or b"")
 
+    @property
+    def wrapped(self) -> asyncio.Transport:
+        return self._transport
+
     def close(self) -> None:
         self.flush()
         self._transport.close()
@@ -87,6 +99,108 @@ class CoalescingTransport:
 
 
 _WARN_EVERY = 10.0  # seconds between log lines about refused connections
+
+ZERO_COPY = "http.response.zerocopysend"
+_EXTENSIONS: dict[str, dict[object, object]] = {ZERO_COPY: {}}
+# sendfile runs in threads of its own, which wait for a slow client's socket in poll() without
+# holding the GIL; a pool apart from asyncio's default, so that blocks' reads and stores
+# (asyncio.to_thread) never wait behind clients that read slowly
+_SENDERS = 64
+_sender_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _senders() -> concurrent.futures.ThreadPoolExecutor:
+    global _sender_pool
+    if _sender_pool is None:
+        _sender_pool = concurrent.futures.ThreadPoolExecutor(_SENDERS, thread_name_prefix="sendfile")
+    return _sender_pool
+
+
+def sendfile_all(sock_fd: int, file_fd: int, offset: int, count: int, timeout: float) -> None:
+    """Send ``count`` bytes of ``file_fd`` from ``offset`` to the non-blocking socket, waiting
+    up to ``timeout`` seconds each time it is full (TimeoutError past that). A file that ends
+    early raises ConnectionError; a peer gone, the socket's OSError."""
+    poller = select.poll()
+    poller.register(sock_fd, select.POLLOUT)
+    end = offset + count
+    while offset < end:
+        try:
+            sent = os.sendfile(sock_fd, file_fd, offset, end - offset)
+        except BlockingIOError:
+            if not poller.poll(timeout * 1000):
+                raise TimeoutError(f"the client read nothing for {timeout}s") from None
+            continue
+        if sent == 0:
+            raise ConnectionError(f"the file ended {end - offset} bytes early")
+        offset += sent
+
+
+class FileSender:
+    """A request cycle's ``send`` that also takes ``http.response.zerocopysend``: the file's
+    bytes go straight to the socket (``os.sendfile``, in a thread, on a duplicate of the socket's
+    descriptor, so that a connection closed meanwhile never lets the bytes reach another one),
+    once everything written before them has left (else they are read and written: the
+    transport's order must hold). The connection reads nothing while a file is sent, so no
+    other answer can go between. A client that goes away or reads nothing for the send
+    timeout ends the connection, as with any body."""
+
+    def __init__(self, protocol: LakegateHttpProtocol, cycle: Any) -> None:
+        self.protocol = protocol
+        self.cycle = cycle
+        self.send_message = cycle.send
+
+    async def __call__(self, message: Any) -> None:
+        if message["type"] != ZERO_COPY:
+            await self.send_message(message)
+            return
+        cycle = self.cycle
+        if cycle.flow.write_paused and not cycle.disconnected:
+            await cycle.flow.drain()
+        if cycle.disconnected:
+            return
+        if not cycle.response_started or cycle.response_complete or cycle.chunked_encoding:
+            raise RuntimeError(f"'{ZERO_COPY}' outside a response body of known length")
+        file, count = message["file"], int(message["count"])
+        offset = int(message.get("offset", 0))
+        if count > cycle.expected_content_length:
+            raise RuntimeError("Response content longer than Content-Length")
+        if count and not await self._send_file(file.fileno(), offset, count):
+            cycle.disconnected = True
+            return
+        cycle.expected_content_length -= count
+        await self.send_message({"type": "http.response.body", "body": b"", "more_body": message.get("more_body", False)})
+
+    async def _send_file(self, file_fd: int, offset: int, count: int) -> bool:
+        """False when the connection ended."""
+        transport = self.protocol.transport
+        assert isinstance(transport, CoalescingTransport)  # connection_made's
+        transport.flush()  # the response's head, held for its first bytes
+        raw = transport.wrapped
+        sock = raw.get_extra_info("socket")
+        if sock is None or raw.get_write_buffer_size() or raw.is_closing():
+            if raw.is_closing():
+                return False
+            data = await asyncio.get_running_loop().run_in_executor(_senders(), pread_exactly, file_fd, offset, count)
+            raw.write(data)
+            return True
+        sock_fd = os.dup(sock.fileno())
+        raw.pause_reading()
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                _senders(), sendfile_all, sock_fd, file_fd, offset, count, self.protocol.limits.send_timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError):
+                log.info("aborting a connection whose client read nothing for %ss (LAKEGATE_SEND_TIMEOUT)",
+                         self.protocol.limits.send_timeout)
+                httplimits.REFUSED.labels("send_timeout").inc()
+            raw.abort()
+            return False
+        finally:
+            os.close(sock_fd)
+            if not raw.is_closing() and not self.protocol.flow.read_paused:
+                raw.resume_reading()
+        return True
 
 
 class _Refused(Exception):
@@ -112,9 +226,11 @@ class LakegateHttpProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
         *,
         limits: HttpLimits = HttpLimits(),
+        zero_copy: bool = False,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.limits = limits
+        self.zero_copy = zero_copy  # offer http.response.zerocopysend (plain HTTP only)
         # uvicorn's keep-alive timer, armed from connection_made on too (uvicorn types it int)
         self.timeout_keep_alive = limits.idle_timeout  # type: ignore[assignment]
         self._head_open = False
@@ -245,7 +361,12 @@ class LakegateHttpProtocol(HttpToolsProtocol):
         self._head_open = False
         self._head_bytes = 0
         self._body_left = _body_length(self.headers)
+        files = self.zero_copy and self.scheme == "http"
+        if files:
+            self.scope["extensions"] = _EXTENSIONS
         super().on_headers_complete()
+        if files and self.cycle is not None and self.cycle.scope is self.scope:
+            self.cycle.send = FileSender(self, self.cycle)  # type: ignore[method-assign]  # run_asgi sends with it
 
     def on_body(self, body: bytes) -> None:
         self._finished_in_slice += len(body)

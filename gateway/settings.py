@@ -52,6 +52,8 @@ class Environment(BaseSettings):
 
     listen: str = "127.0.0.1:9000"
     workers: int = Field(0, ge=0, le=256)  # processes serving the node; 0: one per core
+    zero_copy: bool = True  # large L1 hits sent with sendfile (plain HTTP), checked by the scrub
+    scrub_rate: ByteSize = ByteSize(32 << 20)  # bytes/s of cached blocks re-verified in the background
     lake: str = "dir:var/lake"
     lake_access_key: str = ""
     lake_secret_key: str = ""
@@ -201,6 +203,7 @@ class ServerSettings:
     frontend: FrontendConfig
     http: HttpLimits = HttpLimits()
     workers: int = 1  # processes accepting on ``listen``, sharing the node (gateway.workers)
+    zero_copy: bool = False  # large L1 hits leave with sendfile (gateway.httpserver), plain HTTP only
 
     @property
     def host(self) -> str:
@@ -234,6 +237,7 @@ class CacheSettings:
     eviction: str
     read: ReadConfig
     on_write: CacheOnWrite
+    scrub_rate: int = 0  # bytes a second of cached blocks re-verified (cachetier.blocks.space)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,6 +329,7 @@ def _server(env: Environment) -> ServerSettings:
         tenants_file=env.tenants_file,
         log_level=env.log_level,
         workers=env.workers or available_cores(),
+        zero_copy=env.zero_copy and env.scrub_rate > 0,  # a hit sent unread is one the scrub checks
         frontend=FrontendConfig(
             host_suffixes=tuple(s.strip().lower() for s in env.virtual_host_suffixes.split(",") if s.strip()),
             anonymous_buckets=frozenset(s.strip() for s in env.anonymous_read_buckets.split(",") if s.strip()),
@@ -379,6 +384,7 @@ def _cache(env: Environment) -> CacheSettings:
         eviction=env.cache_eviction,
         read=read,
         on_write=CacheOnWrite(env.cache_on_write, int(env.cache_on_write_max), int(env.cache_on_write_budget)),
+        scrub_rate=int(env.scrub_rate),
     )
 
 

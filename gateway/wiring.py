@@ -161,10 +161,11 @@ async def open_cluster(stack: contextlib.AsyncExitStack, settings: ClusterSettin
 
 
 def open_store(
-    stack: contextlib.AsyncExitStack, directory: Path, capacity: int, eviction: str, space: RemoteSpace | None = None
+    stack: contextlib.AsyncExitStack, directory: Path, capacity: int, settings: CacheSettings,
+    space: RemoteSpace | None = None,
 ) -> BlockStore:
-    """A tier's store; with ``space``, one whose capacity the node's space manager keeps."""
-    store = DiskBlockStore(directory, capacity, eviction, space=space)
+    """A tier's store; with ``space``, one whose capacity (and scrub) the node's space manager keeps."""
+    store = DiskBlockStore(directory, capacity, settings.eviction, space=space, scrub_rate=settings.scrub_rate)
     stack.callback(store.close)
     return store
 
@@ -185,10 +186,10 @@ async def open_cache(
     def space(tier: str) -> RemoteSpace | None:
         return RemoteSpace(shared.space, tier) if shared is not None else None
 
-    l1 = open_store(stack, settings.directory / "l1", settings.l1_capacity, settings.eviction, space("l1"))
+    l1 = open_store(stack, settings.directory / "l1", settings.l1_capacity, settings, space("l1"))
     l2 = None
     if cluster is not None:
-        l2 = open_store(stack, settings.directory / "l2", l2_capacity, settings.eviction, space("l2"))
+        l2 = open_store(stack, settings.directory / "l2", l2_capacity, settings, space("l2"))
     generations = shared.generations if shared is not None else None
     reads = ReadPath(lake, l1, counters, settings.read, clock=time.monotonic, l2=l2, cluster=cluster,
                      generations=generations)

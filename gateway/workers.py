@@ -101,7 +101,7 @@ def open_spaces(stack: ExitStack, settings: Settings) -> SpaceServer | None:
         log.info("%s: %d blocks, %d bytes of %d%s", tier.upper(), usage.blocks, usage.used, capacity,
                  f" ({evicted} evicted to fit)" if evicted else "")
         spaces[tier] = space
-    server = SpaceServer(socket_path(cache.directory), spaces)
+    server = SpaceServer(socket_path(cache.directory), spaces, scrub_rate=cache.scrub_rate)
     stack.callback(server.close)
     Generations(generations_path(settings)).close()  # created (or kept) before any worker maps it
     shutil.rmtree(board_path(settings), ignore_errors=True)  # counts of the node's last run

@@ -31,6 +31,8 @@ from contextlib import suppress
 
 from awscrt.checksums import crc32c
 
+from cachetier.lake import FileRegion
+
 HEADER = struct.Struct("<4sIQ")
 HEADER_SIZE = HEADER.size  # 16: what each block costs on disk besides its bytes
 _MAGIC = b"LGB1"
@@ -90,6 +92,29 @@ class BlockFiles:
         if crc32c(data) != checksum:
             raise CorruptBlock("checksum mismatch")
         return data
+
+    def open_region(self, key: str) -> FileRegion | None:
+        """The block's bytes as a region of its open file, to send without reading them: the
+        header is checked (its magic, and the file's length against it, which catches a torn
+        file), the checksum is not (a scrub checks it: ``check_file``). None when it has no file."""
+        try:
+            fd = os.open(self.path(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            head = os.pread(fd, HEADER_SIZE, 0)
+            if len(head) < HEADER_SIZE:
+                raise CorruptBlock(f"{len(head)} bytes, shorter than a header")
+            magic, _, length = HEADER.unpack(head)
+            if magic != _MAGIC:
+                raise CorruptBlock("not a block file")
+            size = os.fstat(fd).st_size
+            if size != HEADER_SIZE + length:
+                raise CorruptBlock(f"{size - HEADER_SIZE} bytes of {length}")
+        except BaseException:
+            os.close(fd)
+            raise
+        return FileRegion(fd, HEADER_SIZE, length)
 
     def write(self, key: str, data: bytes) -> str:
         """Write the block to a new file in tmp/ and return its path (``publish`` renames it)."""

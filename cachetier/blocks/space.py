@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from cachetier.blocks.files import BlockFiles, file_size
+from cachetier.blocks.files import BlockFiles, CorruptBlock, file_size
 
 log = logging.getLogger("lakegate.space")
 
@@ -84,6 +84,8 @@ class SpaceLike(Protocol):
     def usage(self) -> Usage: ...
 
     def persist(self) -> None: ...  # stamp recent uses on disk (where the manager lives)
+
+    def scrub(self, budget: int) -> int: ...  # verify up to budget bytes (where the manager lives)
 
     def close(self) -> None: ...
 
@@ -160,6 +162,8 @@ class Space:
         self._pending: dict[str, _Pending] = {}
         self._used = 0
         self._touched: set[str] = set()  # used since the last persist
+        self._scrub_queue: list[str] = []  # blocks this scrub pass has still to verify
+        self.scrub_corrupt = 0  # corrupt blocks the scrub found
         self._lock = threading.RLock()
 
     # ---- start-up ---------------------------------------------------------------------------
@@ -260,6 +264,35 @@ class Space:
                     self._order.use(key, times)
                     self._touched.add(key)
 
+    def scrub(self, budget: int) -> int:
+        """Verify up to ``budget`` bytes of block files against their checksums, continuing
+        where the last call stopped (a pass over every block, then the next pass), and remove
+        the corrupt ones: the check for hits sent unread (zero-copy). Returns the corrupt
+        blocks found."""
+        corrupt = checked = 0
+        while checked < budget:
+            if not self._scrub_queue:
+                with self._lock:
+                    self._scrub_queue = list(self._sizes)
+                if not self._scrub_queue:
+                    break
+            key = self._scrub_queue.pop()
+            try:
+                data = self.files.read(key)
+            except CorruptBlock as exc:
+                log.warning("scrub: block %s in %s is corrupt (%s): deleted", key, self.files.directory, exc)
+                with self._lock:
+                    self.files.remove(key)
+                    self.forget(key)
+                corrupt += 1
+                continue
+            except OSError as exc:
+                log.warning("scrub: block %s in %s could not be read: %s", key, self.files.directory, exc)
+                continue
+            checked += len(data) if data is not None else 0
+        self.scrub_corrupt += corrupt
+        return corrupt
+
     def persist(self) -> None:
         """Stamp the blocks used since the last call with now (their mtime), for a restart."""
         with self._lock:
@@ -328,6 +361,9 @@ class LocalSpace:
 
     def persist(self) -> None:
         self.space.persist()
+
+    def scrub(self, budget: int) -> int:
+        return self.space.scrub(budget)
 
     def set_capacity(self, capacity: int) -> int:
         return self.space.set_capacity(capacity)

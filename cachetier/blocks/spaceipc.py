@@ -38,11 +38,15 @@ _READS_PER_LINE = 2000
 
 class SpaceServer:
     """Serves ``spaces`` (tier name -> Space) on a Unix socket at ``path``, one thread per
-    worker connection, and stamps used blocks on disk every ``persist_interval`` seconds."""
+    worker connection; every ``persist_interval`` seconds it stamps used blocks on disk and
+    scrubs ``scrub_rate`` bytes a second of each tier's blocks (``Space.scrub``)."""
 
-    def __init__(self, path: str, spaces: dict[str, Space], persist_interval: float = 1.0) -> None:
+    def __init__(
+        self, path: str, spaces: dict[str, Space], persist_interval: float = 1.0, scrub_rate: int = 0
+    ) -> None:
         self.path = path
         self.spaces = spaces
+        self.scrub_rate = scrub_rate
         with suppress(FileNotFoundError):
             os.unlink(path)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -73,8 +77,10 @@ class SpaceServer:
             for space in self.spaces.values():
                 try:
                     space.persist()
+                    if self.scrub_rate:
+                        space.scrub(int(self.scrub_rate * interval))
                 except Exception as exc:  # noqa: BLE001 - logged; the next round tries again
-                    log.warning("could not stamp block uses: %s", exc)
+                    log.warning("could not stamp block uses or scrub: %s", exc)
 
     def _serve(self, conn: socket.socket) -> None:
         owner = object()
@@ -226,6 +232,9 @@ class RemoteSpace:
 
     def persist(self) -> None:
         pass  # the server stamps uses
+
+    def scrub(self, budget: int) -> int:
+        return 0  # the server scrubs
 
     def close(self) -> None:
         pass  # the connection is the worker's, closed by whoever opened it

@@ -35,13 +35,16 @@ import weakref
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from cachetier.blocks.files import BlockFiles, CorruptBlock, file_size
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.space import OK, LocalSpace, Space, SpaceLike
+from cachetier.lake import FileRegion
 
 log = logging.getLogger("lakegate.blockstore")
+
+T = TypeVar("T", bytes, FileRegion)
 
 # Eviction policies by name: policy as data (cachetier.blocks.space keeps their orders).
 EVICTION_POLICIES = {"lru": "least recently used", "lfu": "least frequently used"}
@@ -82,6 +85,13 @@ class BlockStore(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class RegionStore(Protocol):
+    """A store whose blocks are files, which it can hand out unread (``DiskBlockStore``)."""
+
+    def open_region(self, block_id: BlockId, *, counted: bool = True) -> FileRegion | None: ...
+
+
 class _Statistics:
     """The counters both stores keep; increments are locked, as callers run in threads."""
 
@@ -100,6 +110,9 @@ class DiskBlockStore(_Statistics):
     """Blocks as files in ``directory`` (``cachetier.blocks.files``), capacity and eviction kept
     by a space manager: by default one of its own (this process owns the directory), or
     ``space``, a client of the node's manager that several worker processes share.
+
+    ``scrub_rate`` (bytes a second, where the store owns its space) re-verifies its blocks in the
+    background (``Space.scrub``): the check of the hits that ``open_region`` hands out unread.
 
     ``capacity_bytes`` bounds the block files (bytes plus a 16-byte header each). Blocks
     survive restarts: reopening the directory finds them (statistics start at zero), in the
@@ -120,6 +133,7 @@ class DiskBlockStore(_Statistics):
         *,
         space: SpaceLike | None = None,
         flush_interval: float = 1.0,
+        scrub_rate: int = 0,
     ) -> None:
         super().__init__()
         _policy_name(eviction)
@@ -134,6 +148,7 @@ class DiskBlockStore(_Statistics):
         self.space: SpaceLike = space
         self._reads: dict[str, int] = {}
         self._reads_lock = threading.Lock()
+        self._scrub_budget = int(scrub_rate * flush_interval)  # per flush, where this store owns its space
         self._closing = threading.Event()
         self._flusher = threading.Thread(
             target=_flush_periodically,
@@ -144,25 +159,33 @@ class DiskBlockStore(_Statistics):
         self._flusher.start()
 
     def get(self, block_id: BlockId, *, counted: bool = True) -> bytes | None:
-        key = block_id.hex
+        return self._look(block_id.hex, self.files.read, counted)
+
+    def open_region(self, block_id: BlockId, *, counted: bool = True) -> FileRegion | None:
+        """The block as a region of its open file (``BlockFiles.open_region``: header checked,
+        checksum left to the scrub), or None; counted and recorded as ``get`` is."""
+        return self._look(block_id.hex, self.files.open_region, counted)
+
+    def _look(self, key: str, opener: Callable[[str], T | None], counted: bool) -> T | None:
+        """A read's (or a region's) outcome, counted, and a hit recorded for the eviction order."""
         try:
-            data = self.files.read(key)
+            found = opener(key)
         except CorruptBlock as exc:
             self._drop_corrupt(key, str(exc))
-            data = None
+            found = None
         except OSError:  # EIO, a directory gone to pieces: the caller's to handle, a miss here
             self._count("misses", counted)
             with suppress(OSError):  # unreadable: removed, so that a fill stores it anew
                 if self.files.remove(key):
                     self.space.forget(key)
             raise
-        if data is None:
+        if found is None:
             self._count("misses", counted)
             return None
         with self._reads_lock:
             self._reads[key] = self._reads.get(key, 0) + 1
         self._count("hits", counted)
-        return data
+        return found
 
     def put(self, block_id: BlockId, data: bytes) -> None:
         # Crash safety (cachetier.blocks.files, cachetier.blocks.space): room is reserved first,
@@ -260,6 +283,12 @@ class DiskBlockStore(_Statistics):
         self.flush_reads()
         self.space.persist()
 
+    def _background(self) -> None:
+        """Every ``flush_interval``: the flush, and where this store owns its space, a scrub's share."""
+        self.flush()
+        if self._owner and self._scrub_budget:
+            self.space.scrub(self._scrub_budget)
+
     def close(self) -> None:
         self._closing.set()
         if self._flusher is not threading.current_thread():
@@ -283,7 +312,7 @@ class DiskBlockStore(_Statistics):
 
     def _flush_in_background(self) -> None:
         try:
-            self.flush()
+            self._background()
         except Exception as exc:  # noqa: BLE001 - logged; what is not reported waits for the next
             log.warning("could not report block reads of %s: %s", self.files.directory, exc)
 

@@ -14,15 +14,73 @@ Contract, for every implementation (``S3Lake``, ``DirLake``, and test twins):
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from cachetier.lake.conditions import Conditions
 from cachetier.lake.ranges import ByteRange
 
 Body = AsyncIterator[bytes]
+
+
+class FileRegion:
+    """Bytes of an open file, sent as they are (sendfile) rather than read into Python: a piece
+    a GET's stream yields in place of bytes only when its consumer asked for such pieces (the
+    request context's ``zero_copy``: the S3 GET handler, on a server that sends files). The
+    piece owns its file descriptor: whoever takes it closes it (also when it is collected), and
+    ``slice`` hands it on to the slice."""
+
+    __slots__ = ("fd", "offset", "length")
+
+    def __init__(self, fd: int, offset: int, length: int) -> None:
+        self.fd = fd
+        self.offset = offset
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def slice(self, start: int, end: int) -> FileRegion:
+        """Bytes ``start`` to ``end`` (exclusive) of this region, which gives up its file to it."""
+        if (start, end) == (0, self.length):
+            return self
+        fd, self.fd = self.fd, -1
+        return FileRegion(fd, self.offset + start, end - start)
+
+    def read(self) -> bytes:
+        """The bytes, read (for a consumer that cannot send a file)."""
+        return pread_exactly(self.fd, self.offset, self.length)
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def pread_exactly(fd: int, offset: int, count: int) -> bytes:
+    """``count`` bytes of ``fd`` from ``offset``; ConnectionError if the file ends first."""
+    parts, got = [], 0
+    while got < count:
+        part = os.pread(fd, count - got, offset + got)
+        if not part:
+            raise ConnectionError(f"the file ended {count - got} bytes early")
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+Piece = bytes | FileRegion  # of a GET's body: FileRegion only where the consumer asked
+Served = AsyncIterator[Piece]
+P = TypeVar("P", bytes, Piece)
 
 # Representation headers an S3 object keeps besides Content-Type and user metadata; a PUT
 # stores them and a GET/HEAD returns them.
@@ -88,7 +146,7 @@ class ObjectStream:
 
     info: ObjectInfo
     content_range: tuple[int, int] | None
-    body: Body
+    body: Served  # bytes, but for a consumer that asked for file regions (see FileRegion)
     first_in: bool = False  # the body's first bytes have arrived (see started)
 
     @property
@@ -119,7 +177,7 @@ class ObjectStream:
         return ObjectStream(self.info, self.content_range, prepend(first, body), first_in=True)
 
 
-async def prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def prepend(first: P, rest: AsyncIterator[P]) -> AsyncIterator[P]:
     """``first``, then ``rest`` (closed at the end, or when this is)."""
     try:
         yield first

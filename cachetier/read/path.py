@@ -31,7 +31,7 @@ from cachetier.blocks.store import BlockStore
 from cachetier.cluster.node import Cluster
 from cachetier.context import RequestContext, current
 from cachetier.errors import InvalidRange, NoSuchKey, PreconditionFailed
-from cachetier.lake import Lake, ObjectInfo, ObjectStream
+from cachetier.lake import FileRegion, Lake, ObjectInfo, ObjectStream, Served
 from cachetier.lake.conditions import Conditions
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.config import ReadConfig
@@ -207,7 +207,7 @@ class ReadPath:
         self.stats.add(ctx.tenant, "bytes_bypassed", stream.length)
         return stream
 
-    async def _stream(self, info: ObjectInfo, start: int, end: int, ctx: RequestContext) -> AsyncIterator[bytes]:
+    async def _stream(self, info: ObjectInfo, start: int, end: int, ctx: RequestContext) -> Served:
         span = block_span(start, end, self.block_size)
         ahead_limit = self._sequential.limit(info, start, end)
         for index in span:
@@ -215,12 +215,16 @@ class ReadPath:
             lo, hi = block_bounds(index, info.size, self.block_size)
             a, b = max(start, lo) - lo, min(end, hi) - lo + 1
             bid = _block_id(info.bucket, info.key, info.etag, index, self.block_size)
-            data, tier = await self.tiers.read(bid, hi - lo + 1, asked=self.tiers.asked(info, index))
+            data, tier = await self.tiers.read_piece(bid, hi - lo + 1, asked=self.tiers.asked(info, index),
+                                                     region=ctx.zero_copy)
             if data is not None:
                 self._prefetch(info, ahead, ctx)
                 self.stats.add(ctx.tenant, "hits" if tier == "l1" else "l2_hits")
                 self.stats.add(ctx.tenant, f"bytes_from_{tier}", b - a)
-                yield data[a:b] if (a, b) != (0, len(data)) else data
+                if isinstance(data, FileRegion):
+                    yield data.slice(a, b)
+                else:
+                    yield data[a:b] if (a, b) != (0, len(data)) else data
                 continue
             pieces = self._fetch_for(info, index, bid, ctx).read(a, b)
             async for piece in pieces:

@@ -157,6 +157,7 @@ class Sources:
             )
         try:
             async for chunk in stream.body:
+                assert isinstance(chunk, bytes)  # a lake's stream: no file regions
                 first = not fetch.size
                 fetch.feed(chunk)
                 self.stats.add(ctx.tenant, "lake_bytes", len(chunk))

@@ -25,7 +25,7 @@ from gateway.s3.config import FrontendConfig
 from gateway.s3.handlers import HANDLERS
 from gateway.s3.handlers.common import Call
 from gateway.s3.request import S3Request, from_scope
-from gateway.s3.response import Response, send
+from gateway.s3.response import ZERO_COPY, Response, send
 from gateway.s3.sigv4 import AuthContext, SignedRequest
 from gateway.tenants import Tenant, TenantDirectory
 
@@ -72,9 +72,9 @@ class S3Frontend:
         self._ids = itertools.count()
         # per request these would be built anew: a counter's child found by its labels (a lock and
         # a label check each time) and the data plane's frozen context; both are values, so kept
-        # per (operation, status) and per (tenant, no-cache): as many as there are such pairs
+        # per (operation, status) and per (tenant, no-cache, zero-copy): as many as there are such
         self._counted: dict[tuple[str, int], Counter] = {}
-        self._contexts: dict[tuple[str, bool], context.RequestContext] = {}
+        self._contexts: dict[tuple[str, bool, bool], context.RequestContext] = {}
 
     async def __call__(self, scope, receive, send_) -> None:  # type: ignore[no-untyped-def]
         if scope["type"] != "http":
@@ -86,7 +86,7 @@ class S3Frontend:
         try:
             req = from_scope(scope, self.host_suffixes)
             body = RequestBody(receive, req, timeout=self.body_timeout)
-            resp = await self._handle(req, body)
+            resp = await self._handle(req, body, ZERO_COPY in scope.get("extensions", ()))
         except S3Error as err:
             resp = self._error(err, req, request_id)
         except Exception:  # a bug: log it with the request id, answer InternalError, keep serving
@@ -114,7 +114,7 @@ class S3Frontend:
                     request_id,
                 )
 
-    async def _handle(self, req: S3Request, body: RequestBody) -> Response:
+    async def _handle(self, req: S3Request, body: RequestBody, sends_files: bool = False) -> Response:
         size = 0
         for name, value in req.raw_headers:  # a loop, not sum(generator): it runs on every request
             size += len(name) + len(value) + 4
@@ -131,7 +131,9 @@ class S3Frontend:
             raise AccessDenied(resource=req.resource)
         # on a PUT, Cache-Control is the object's own header, not a directive to us
         no_cache = req.method in ("GET", "HEAD") and _no_cache(req.headers)
-        context.current.set(self._context(req.tenant.name, no_cache))
+        # a GET's hits as file regions, when the server sends files (gateway.httpserver)
+        zero_copy = sends_files and req.operation == "GetObject"
+        context.current.set(self._context(req.tenant.name, no_cache, zero_copy))
         body.authenticated(auth)
         return await HANDLERS[req.operation](Call(self.lake, req, body, req.tenant))
 
@@ -142,10 +144,11 @@ class S3Frontend:
             child = self._counted[(operation, status)] = REQUESTS.labels(operation, str(status))
         return child
 
-    def _context(self, tenant: str, no_cache: bool) -> context.RequestContext:
-        found = self._contexts.get((tenant, no_cache))
+    def _context(self, tenant: str, no_cache: bool, zero_copy: bool) -> context.RequestContext:
+        found = self._contexts.get((tenant, no_cache, zero_copy))
         if found is None:
-            found = self._contexts[(tenant, no_cache)] = context.RequestContext(tenant, no_cache=no_cache)
+            found = context.RequestContext(tenant, no_cache=no_cache, zero_copy=zero_copy)
+            self._contexts[(tenant, no_cache, zero_copy)] = found
         return found
 
     def _authenticate(self, req: S3Request) -> AuthContext | None:

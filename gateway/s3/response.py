@@ -7,7 +7,11 @@ from dataclasses import dataclass, field
 from email.utils import format_datetime
 from datetime import datetime
 
-from cachetier.lake import ObjectStream
+from cachetier.lake import FileRegion, ObjectStream
+
+# The ASGI zero-copy send extension (asgiref's spec), which gateway.httpserver implements: a
+# region of an open file sent as it is. A server that offers it names it in scope["extensions"].
+ZERO_COPY = "http.response.zerocopysend"
 
 
 @functools.lru_cache(maxsize=4096)  # the same Last-Modified is formatted on every hit
@@ -50,7 +54,14 @@ async def send(send, resp: Response, request_id: str, head: bool) -> int:  # typ
     sent = 0
     try:
         async for chunk in resp.stream.body:
-            if chunk:
+            if isinstance(chunk, FileRegion):  # asked for by the request context (zero_copy)
+                try:
+                    sent += len(chunk)
+                    await send({"type": ZERO_COPY, "file": chunk, "offset": chunk.offset, "count": len(chunk),
+                                "more_body": sent != length})
+                finally:
+                    chunk.close()
+            elif chunk:
                 sent += len(chunk)
                 # the chunk that completes Content-Length ends the response: one ASGI message
                 # (and server write path) less than an empty closing one; a byte past it fails

@@ -43,7 +43,7 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             await super().aclose()
 
     class Store(MemoryBlockStore):
-        def __init__(self, directory: Path, capacity: int, eviction: str, space: object = None) -> None:
+        def __init__(self, directory: Path, capacity: int, eviction: str, space: object = None, scrub_rate: int = 0) -> None:
             if (directory / "fail").exists():
                 raise BlockStoreError(f"cannot open {directory}")
             super().__init__(capacity, eviction)

@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar, cast
 from urllib.parse import quote
 
 import httpx2
@@ -290,7 +290,8 @@ class S3Lake:
         try:
             if source.range is not None and source.range.last is not None and source.range.last >= stream.info.size:
                 raise outside  # a GET serves what exists, a copy range must exist
-            return await self.upload_part(bucket, key, upload_id, part_number, stream.body, stream.length)
+            body = cast(Body, stream.body)  # this lake's own GET: bytes, no file regions
+            return await self.upload_part(bucket, key, upload_id, part_number, body, stream.length)
         finally:
             await stream.aclose()
 
