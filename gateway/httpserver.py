@@ -137,8 +137,9 @@ def sendfile_all(sock_fd: int, file_fd: int, offset: int, count: int, timeout: f
 
 class FileSender:
     """A request cycle's ``send`` that also takes ``http.response.zerocopysend``: the file's
-    bytes go straight to the socket (``os.sendfile``, in a thread, on a duplicate of the socket's
-    descriptor, so that a connection closed meanwhile never lets the bytes reach another one),
+    bytes go straight to the socket (``os.sendfile``: once on the loop, and what the socket had
+    no room for in a thread, on a duplicate of the socket's descriptor, so that a connection
+    closed meanwhile never lets the bytes reach another one),
     once everything written before them has left (else they are read and written: the
     transport's order must hold). The connection reads nothing while a file is sent, so no
     other answer can go between. A client that goes away or reads nothing for the send
@@ -183,9 +184,19 @@ class FileSender:
             data = await asyncio.get_running_loop().run_in_executor(_senders(), pread_exactly, file_fd, offset, count)
             raw.write(data)
             return True
+        try:  # at once, on the loop: a socket with room takes a whole block in one call
+            sent = os.sendfile(sock.fileno(), file_fd, offset, count)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            raw.abort()
+            return False
+        if sent == count:
+            return True
+        offset, count = offset + sent, count - sent
         sock_fd = os.dup(sock.fileno())
         raw.pause_reading()
-        try:
+        try:  # the rest as the client takes it, in a thread that waits for room
             await asyncio.get_running_loop().run_in_executor(
                 _senders(), sendfile_all, sock_fd, file_fd, offset, count, self.protocol.limits.send_timeout
             )

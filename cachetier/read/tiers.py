@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import cast
 
 from cachetier.blocks.ids import BlockId, block_count
 from cachetier.blocks.store import BlockStore, RegionStore
@@ -42,6 +43,8 @@ class Tiers:
         self.stats = stats
         self.block_size = block_size
         self.cluster = cluster
+        # which tiers hand out file regions (an isinstance of a runtime Protocol is slow per read)
+        self._files = {"l1": isinstance(l1, RegionStore), "l2": isinstance(l2, RegionStore)}
 
     def owned_here(self, bucket: str, key: str, index: int) -> bool:
         """Whether this node is block ``index``'s first owner (always, outside a cluster)."""
@@ -89,8 +92,8 @@ class Tiers:
             if store is None:
                 continue
             found: Piece | None
-            if isinstance(store, RegionStore):
-                found = self._region_one(tier, store, bid, tier in asked)
+            if self._files[tier]:
+                found = self._region_one(tier, cast(RegionStore, store), bid, tier in asked)
             else:
                 found = await self._read_one(tier, store, bid, length, tier in asked)
             if found is not None:

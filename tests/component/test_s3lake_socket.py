@@ -48,3 +48,41 @@ def test_an_empty_body_is_checked_before_the_request_goes_out() -> None:
 
     asyncio.run(main())
     assert not any(received), "the lake received a PUT whose body failed its checks"
+
+
+def test_a_head_does_not_wait_behind_gets_holding_every_connection() -> None:
+    """A hit whose metadata has expired waits on a HEAD: HEADs have connections of their own,
+    so block GETs that hold every connection of the pool (a slow lake, many cold reads) never
+    queue it."""
+    release = asyncio.Event()
+
+    async def lake_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if head.startswith(b"GET"):
+            await release.wait()  # a block fetch from a lake that is slow to answer
+            writer.write(b"HTTP/1.1 200 OK\r\nETag: \"e\"\r\nContent-Length: 1\r\n\r\nx")
+        else:
+            writer.write(b'HTTP/1.1 200 OK\r\nETag: "e"\r\nContent-Length: 5\r\n'
+                         b"Last-Modified: Tue, 01 Dec 2026 12:00:00 GMT\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(lake_server, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        lake = S3Lake(S3LakeConfig(f"http://127.0.0.1:{port}", "AK", "SK", retries=0, max_connections=2))
+        gets = [asyncio.create_task(lake.get_object("b", f"k{i}")) for i in range(2)]
+        try:
+            await asyncio.sleep(0.2)  # both connections of the pool are the GETs'
+            info = await asyncio.wait_for(lake.head_object("b", "k"), timeout=5)
+            assert info.size == 5 and not any(get.done() for get in gets)
+        finally:
+            release.set()
+            for stream in await asyncio.gather(*gets, return_exceptions=True):
+                if not isinstance(stream, BaseException):
+                    await stream.aclose()
+            await lake.aclose()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())

@@ -98,6 +98,10 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+# connections to the lake kept for HEADs, besides LAKEGATE_LAKE_MAX_CONNECTIONS for the rest
+_HEAD_CONNECTIONS = 8
+
+
 class S3Lake:
     """A Lake on an S3 endpoint; see :mod:`cachetier.lake` for the contract it keeps."""
 
@@ -116,9 +120,14 @@ class S3Lake:
         self._retries = config.retries
         self._timeouts = config.timeouts.as_dict()
         self._transport = transport if transport is not None else LakeTransport(max_connections=config.max_connections)
+        # HEADs (metadata lookups, which hits wait on when their TTL runs out) on connections of
+        # their own: never queued behind block fetches that hold every connection of the pool
+        self._heads = transport if transport is not None else LakeTransport(max_connections=_HEAD_CONNECTIONS)
 
     async def aclose(self) -> None:
         await self._transport.aclose()
+        if self._heads is not self._transport:
+            await self._heads.aclose()
 
     # -- buckets -----------------------------------------------------------------------------
 
@@ -423,7 +432,8 @@ class S3Lake:
     async def _send(self, request: httpx2.Request) -> httpx2.Response:
         """``request`` through the transport; the response's body is not read yet."""
         request.extensions["timeout"] = self._timeouts
-        response = await self._transport.handle_async_request(request)
+        transport = self._heads if request.method == "HEAD" else self._transport
+        response = await transport.handle_async_request(request)
         response.request = request
         return response
 
