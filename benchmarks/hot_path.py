@@ -217,8 +217,7 @@ def _patched(target: Any, name: str, value: Any) -> Iterator[None]:
 def instrumented(stages: Stages, app: Any) -> Iterator[None]:
     """Wraps each stage's function; the app's outer call is "server" (uvicorn's cycle and the
     loop), the rest is named for what it does."""
-    from cachetier.blocks import index as index_module
-    from cachetier.blocks import store as store_module
+    from cachetier.blocks import files as files_module
     from gateway.httpserver import LakegateHttpProtocol
     from gateway.s3 import frontend, handlers, sigv4
     from gateway.s3.handlers import obj
@@ -239,10 +238,10 @@ def instrumented(stages: Stages, app: Any) -> Iterator[None]:
         (frontend, "send", stages.coro("response_send", frontend.send)),
         (reads, "open", stages.coro("read_path", reads.open)),
         (reads, "head", stages.coro("metadata", reads.head)),
-        (reads.tiers, "read", stages.coro("l1_lookup", reads.tiers.read)),
+        (reads.tiers, "read_piece", stages.coro("l1_lookup", reads.tiers.read_piece)),
         (l1, "get", stages.sync("l1_read", l1.get)),
-        (store_module, "read_file", stages.sync("l1_file_read", store_module.read_file)),
-        (index_module, "crc32c", stages.sync("checksum", index_module.crc32c)),
+        (l1.files, "read", stages.sync("l1_file_read", l1.files.read)),
+        (files_module, "crc32c", stages.sync("checksum", files_module.crc32c)),
     ]
     with contextlib.ExitStack() as stack:
         for target, name, value in patches:
@@ -338,7 +337,8 @@ def main() -> None:
     from asgi.inprocess import lakegate_app  # noqa: E402  (tests/ is not a package on the path)
 
     with tempfile.TemporaryDirectory(prefix="hot-path-") as folder:
-        app = lakegate_app(Path(folder))
+        # metadata stays warm (no HEAD in a run), and no scrub thread reads blocks meanwhile
+        app = lakegate_app(Path(folder), meta_ttl=3600, scrub_rate=0)
         try:
             import uvloop
 
