@@ -45,18 +45,19 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from contextlib import ExitStack
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from cachetier.blocks.files import BlockFiles
-from cachetier.blocks.space import Space
+from cachetier.blocks.space import DirectoryTaken, Space
 from cachetier.blocks.spaceipc import SpaceConnection, SpaceServer, socket_path
 from cachetier.read.generations import Generations
 from gateway.settings import Settings
 from gateway.workerstats import WorkerBoard
 
 STARTUP_FAILURE = 3  # uvicorn's exit status when a server cannot start
+SETTINGS_FAILURE = 2  # the CLI's, for settings or a tenants file it cannot load (changed since the start)
 
 log = logging.getLogger("lakegate.workers")
 
@@ -116,15 +117,37 @@ def supervise(settings: Settings, overrides: Mapping[str, str], uvicorn_options:
         os.environ[f"LAKEGATE_{field.upper()}"] = value
     os.environ["LAKEGATE_WORKERS"] = str(settings.server.workers)
     with ExitStack() as stack:
-        server = open_spaces(stack, settings)
+        stack.enter_context(_claim(settings.server.host, settings.server.port))  # before the cache dir
+        try:
+            server = open_spaces(stack, settings)
+        except DirectoryTaken as exc:
+            print(f"lakegate: {exc}", file=sys.stderr)
+            sys.exit(1)
         if server is not None:
             os.environ[SPACE_SOCKET_ENV] = server.path
-        # Bound, never listening: the port is ours (a second node on it fails here, at once),
-        # and no connection is queued where no worker accepts.
-        stack.enter_context(reuseport_socket(settings.server.host, settings.server.port))
         code = Supervisor(settings.server.workers, uvicorn_options).run()
     if code:
         sys.exit(code)
+
+
+@contextmanager
+def _claim(host: str, port: int) -> Iterator[None]:
+    """Hold the node's address for its workers: a socket bound to it with SO_REUSEPORT and never
+    listening (no connection is queued where no worker accepts; a process without SO_REUSEPORT
+    cannot bind it), and a Unix socket in the abstract namespace named after it, which only one
+    process can hold: SO_REUSEPORT alone would let a second node of the same user join the
+    first's sockets and take half its connections. Both go when this process ends, however it
+    ends. A taken address: one line on stderr, exit status 1."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lock:
+        try:
+            lock.bind(f"\0lakegate-node {host}:{port}")
+            held = reuseport_socket(host, port)
+        except OSError as exc:
+            print(f"lakegate: cannot listen on {host}:{port}: {exc.strerror or exc} "
+                  "(address already in use: another lakegate node, or another server)", file=sys.stderr)
+            sys.exit(1)
+        with held:
+            yield
 
 
 def reuseport_socket(host: str, port: int) -> socket.socket:
@@ -147,8 +170,9 @@ class Supervisor:
     """Starts ``count`` workers (spawned processes, each serving uvicorn on its own SO_REUSEPORT
     socket), starts a new one in place of any that exits, and on SIGTERM or SIGINT stops them
     all (SIGTERM: uvicorn's graceful shutdown, then SIGKILL after ``grace`` seconds). A worker
-    that fails to start (uvicorn's exit status 3: the app, TLS or the socket is broken) would
-    fail again: the supervisor stops and returns 3."""
+    that fails to start (uvicorn's exit status 3: the app, TLS or the socket is broken; 2: the
+    settings or tenants file no longer load) would fail again: the supervisor stops and returns
+    that status."""
 
     def __init__(self, count: int, options: dict[str, object], grace: float = 15.0) -> None:
         self.count = count
@@ -166,9 +190,9 @@ class Supervisor:
             for i, worker in enumerate(workers):
                 if worker.is_alive():
                     continue
-                if worker.exitcode == STARTUP_FAILURE:
+                if worker.exitcode in (STARTUP_FAILURE, SETTINGS_FAILURE):
                     log.error("worker %d (pid %s) failed to start: stopping the node", i, worker.pid)
-                    code = STARTUP_FAILURE
+                    code = int(worker.exitcode)
                     self._stop.set()
                     break
                 log.warning("worker %d (pid %s) exited with %s: starting another", i, worker.pid, worker.exitcode)

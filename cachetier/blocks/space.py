@@ -27,12 +27,15 @@ worker processes over a Unix socket, and gives them a client with the same metho
 
 from __future__ import annotations
 
+import fcntl
 import heapq
 import itertools
 import logging
 import os
+import shutil
 import threading
 from collections import OrderedDict
+from contextlib import suppress
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -164,15 +167,20 @@ class Space:
         self._touched: set[str] = set()  # used since the last persist
         self._scrub_queue: list[str] = []  # blocks this scrub pass has still to verify
         self.scrub_corrupt = 0  # corrupt blocks the scrub found
+        self._owner_fd: int | None = None  # the directory's lock, held from load to close
         self._lock = threading.RLock()
 
     # ---- start-up ---------------------------------------------------------------------------
 
     def load(self) -> int:
-        """Rebuild from the directory: removes the tmp/ files of writers no longer running,
+        """Take the directory (one manager per directory: ``DirectoryTaken`` if another process
+        has it), then rebuild from it: removes the tmp/ files of writers no longer running,
         counts every block file (oldest use first) and evicts down to capacity. Returns the
         blocks evicted."""
         with self._lock:
+            if self._owner_fd is None:
+                self._owner_fd = _take(self.files.directory)
+            _remove_old_layout(self.files)
             for path in self.files.remove_tmp_of(None):
                 log.info("removed %s, left by a writer that stopped mid-put", path)
             found = sorted(self.files.scan(), key=lambda entry: entry[2])
@@ -313,6 +321,9 @@ class Space:
 
     def close(self) -> None:
         self.persist()
+        fd, self._owner_fd = self._owner_fd, None
+        if fd is not None:
+            os.close(fd)  # and its lock with it
 
     def _make_room(self, size: int) -> int:
         evicted = 0
@@ -329,6 +340,39 @@ class Space:
                 log.warning("could not remove evicted block %s: %s", victim, exc)
             evicted += 1
         return evicted
+
+
+class DirectoryTaken(OSError):
+    """Another process manages this tier's directory (a second node on the same cache dir)."""
+
+
+def _take(directory: str) -> int:
+    """An exclusive lock on the directory's ``manager.lock``, held while the fd is open (the
+    kernel drops it when the process ends, however it ends)."""
+    fd = os.open(os.path.join(directory, "manager.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DirectoryTaken(f"{directory} is managed by another process (another node on this cache dir?)") from None
+    return fd
+
+
+def _remove_old_layout(files: BlockFiles) -> None:
+    """A directory filled by lakegate's earlier store (diskcache: cache.db and files under
+    two-level hex folders) holds nothing this one reads: its files are removed, once."""
+    old_db = os.path.join(files.directory, "cache.db")
+    if not os.path.exists(old_db):
+        return
+    log.info("removing %s's blocks in the old (diskcache) layout", files.directory)
+    for entry in os.scandir(files.directory):
+        if entry.name in ("blocks", "tmp", "manager.lock"):
+            continue
+        with suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
 
 
 def _size_on_disk(files: BlockFiles, key: str) -> int | None:

@@ -39,7 +39,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from cachetier.blocks.files import BlockFiles, CorruptBlock, file_size
 from cachetier.blocks.ids import BlockId
-from cachetier.blocks.space import OK, LocalSpace, Space, SpaceLike
+from cachetier.blocks.space import OK, DirectoryTaken, LocalSpace, Space, SpaceLike
 from cachetier.lake import FileRegion
 
 log = logging.getLogger("lakegate.blockstore")
@@ -139,11 +139,13 @@ class DiskBlockStore(_Statistics):
         _policy_name(eviction)
         _checked_capacity(capacity_bytes)
         self.files = BlockFiles(directory)
-        _remove_old_layout(self.files)
         self._owner = space is None
         if space is None:
             own = Space(self.files, capacity_bytes, eviction)
-            self._count_evictions(own.load())
+            try:
+                self._count_evictions(own.load())
+            except DirectoryTaken as exc:
+                raise BlockStoreError(str(exc)) from None
             space = LocalSpace(own)
         self.space: SpaceLike = space
         self._reads: dict[str, int] = {}
@@ -327,23 +329,6 @@ def _flush_periodically(
             return
         store._flush_in_background()
         del store
-
-
-def _remove_old_layout(files: BlockFiles) -> None:
-    """A directory filled by lakegate's earlier store (diskcache: cache.db and files under
-    two-level hex folders) holds nothing this one reads: its files are removed, once."""
-    old_db = os.path.join(files.directory, "cache.db")
-    if not os.path.exists(old_db):
-        return
-    log.info("removing %s's blocks in the old (diskcache) layout", files.directory)
-    for entry in os.scandir(files.directory):
-        if entry.name in ("blocks", "tmp"):
-            continue
-        with suppress(OSError):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            else:
-                os.unlink(entry.path)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from doubles import MiB, bid, block, content, fits
 
 from cachetier.blocks.files import HEADER_SIZE, BlockFiles
 from cachetier.blocks.space import LocalSpace, Space, Usage
-from cachetier.blocks.store import EVICTION_POLICIES, BlockStore, DiskBlockStore, MemoryBlockStore
+from cachetier.blocks.store import EVICTION_POLICIES, BlockStore, BlockStoreError, DiskBlockStore, MemoryBlockStore
 
 # Shared tests use 1 MiB blocks and capacities of fits(n) (tests/doubles.py): both stores then
 # hold exactly n blocks.
@@ -339,9 +339,18 @@ def test_the_old_diskcache_layout_is_cleared(tmp_path: Path) -> None:
     (tmp_path / "ab" / "cd").mkdir(parents=True)
     (tmp_path / "ab" / "cd" / "0123.val").write_bytes(b"an old block")
     with closing(DiskBlockStore(tmp_path, fits(4))) as store:
-        assert sorted(os.listdir(tmp_path)) == ["blocks", "tmp"]
+        assert sorted(os.listdir(tmp_path)) == ["blocks", "manager.lock", "tmp"]
         store.put(*block(0))
         assert store.get(bid(0)) == block(0)[1]
+
+
+def test_one_manager_per_directory(tmp_path: Path) -> None:
+    # a second node on the same cache directory would fight the first over its capacity
+    with closing(DiskBlockStore(tmp_path, fits(4))):
+        with pytest.raises(BlockStoreError, match="managed by another process"):
+            DiskBlockStore(tmp_path, fits(4))
+    with closing(DiskBlockStore(tmp_path, fits(4))):  # released at close
+        pass
 
 
 def test_stores_sharing_a_space_share_blocks_and_capacity(tmp_path: Path) -> None:
