@@ -278,10 +278,14 @@ class Space:
         the corrupt ones: the check for hits sent unread (zero-copy). Returns the corrupt
         blocks found."""
         corrupt = checked = 0
+        refilled = False
         while checked < budget:
             if not self._scrub_queue:
+                if refilled:  # at most one new pass a call (a store of empty blocks checks no bytes)
+                    break
                 with self._lock:
                     self._scrub_queue = list(self._sizes)
+                refilled = True
                 if not self._scrub_queue:
                     break
             key = self._scrub_queue.pop()
@@ -297,7 +301,7 @@ class Space:
             except OSError as exc:
                 log.warning("scrub: block %s in %s could not be read: %s", key, self.files.directory, exc)
                 continue
-            checked += len(data) if data is not None else 0
+            checked += file_size(len(data)) if data is not None else file_size(0)
         self.scrub_corrupt += corrupt
         return corrupt
 
