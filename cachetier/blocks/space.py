@@ -292,10 +292,12 @@ class Space:
             try:
                 data = self.files.read(key)
             except CorruptBlock as exc:
-                log.warning("scrub: block %s in %s is corrupt (%s): deleted", key, self.files.directory, exc)
-                with self._lock:
+                with self._lock:  # still this file: a put of the key (being written) would have taken it out
+                    if key not in self._sizes:
+                        continue
                     self.files.remove(key)
                     self.forget(key)
+                log.warning("scrub: block %s in %s is corrupt (%s): deleted", key, self.files.directory, exc)
                 corrupt += 1
                 continue
             except OSError as exc:
