@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+import time
 from collections.abc import Iterator
 from contextlib import suppress
 
@@ -36,9 +37,15 @@ from cachetier.lake import FileRegion
 HEADER = struct.Struct("<4sIQ")
 HEADER_SIZE = HEADER.size  # 16: what each block costs on disk besides its bytes
 _MAGIC = b"LGB1"
+_NOATIME = getattr(os, "O_NOATIME", 0)  # Linux; the file's owner (us) may ask it
 # One pread takes the header and a small block together; a larger one takes a second pread of
 # exactly its length (no copy, no over-allocation).
 _FIRST_READ = 64 * 1024
+
+
+# A block file's inode, mtime and size: another file renamed onto the name, or bytes written into
+# the file (a tool, a hand), change it; touch() does not (it stamps the atime).
+Identity = tuple[int, int, int]
 
 
 class CorruptBlock(Exception):
@@ -67,11 +74,12 @@ class BlockFiles:
     def exists(self, key: str) -> bool:
         return os.path.exists(self.path(key))
 
-    def read(self, key: str) -> bytes | None:
+    def read(self, key: str, *, use: bool = True) -> bytes | None:
         """The block's bytes, or None when it has no file. ``CorruptBlock`` when its header does
-        not match; OSError when the file fails to read (EIO)."""
+        not match; OSError when the file fails to read (EIO). ``use=False`` (the scrub's reads):
+        the file's atime, its last use, is left alone."""
         try:
-            fd = os.open(self.path(key), os.O_RDONLY)
+            fd = os.open(self.path(key), os.O_RDONLY if use else os.O_RDONLY | _NOATIME)
         except FileNotFoundError:
             return None
         try:
@@ -93,10 +101,11 @@ class BlockFiles:
             raise CorruptBlock("checksum mismatch")
         return data
 
-    def open_region(self, key: str) -> FileRegion | None:
-        """The block's bytes as a region of its open file, to send without reading them: the
-        header is checked (its magic, and the file's length against it, which catches a torn
-        file), the checksum is not (a scrub checks it: ``check_file``). None when it has no file."""
+    def open_region(self, key: str) -> tuple[FileRegion, Identity] | None:
+        """The block's bytes as a region of its open file, to send without reading them, and the
+        file's identity: the header is checked (its magic, and the file's length against it,
+        which catches a torn file), the checksum is not (see ``DiskBlockStore.open_region``).
+        None when it has no file."""
         try:
             fd = os.open(self.path(key), os.O_RDONLY)
         except FileNotFoundError:
@@ -108,13 +117,21 @@ class BlockFiles:
             magic, _, length = HEADER.unpack(head)
             if magic != _MAGIC:
                 raise CorruptBlock("not a block file")
-            size = os.fstat(fd).st_size
-            if size != HEADER_SIZE + length:
-                raise CorruptBlock(f"{size - HEADER_SIZE} bytes of {length}")
+            st = os.fstat(fd)
+            if st.st_size != HEADER_SIZE + length:
+                raise CorruptBlock(f"{st.st_size - HEADER_SIZE} bytes of {length}")
         except BaseException:
             os.close(fd)
             raise
-        return FileRegion(fd, HEADER_SIZE, length)
+        return FileRegion(fd, HEADER_SIZE, length), _identity(st)
+
+    def identity(self, key: str) -> Identity | None:
+        """The block file's identity (None: no file): a file replaced or written in place since
+        has another."""
+        try:
+            return _identity(os.stat(self.path(key)))
+        except FileNotFoundError:
+            return None
 
     def write(self, key: str, data: bytes) -> str:
         """Write the block to a new file in tmp/ and return its path (``publish`` renames it)."""
@@ -156,12 +173,15 @@ class BlockFiles:
         return True
 
     def touch(self, key: str) -> None:
-        """Stamp the file's mtime with now: its last use, which a restart orders blocks by."""
+        """Stamp the file's atime with now: its last use, which a restart orders blocks by. Its
+        mtime stays the time its bytes were written (``identity``)."""
         with suppress(OSError):
-            os.utime(self.path(key))
+            path = self.path(key)
+            os.utime(path, ns=(time.time_ns(), os.stat(path).st_mtime_ns))
 
     def scan(self) -> Iterator[tuple[str, int, float]]:
-        """(key, file size, mtime) of every block file; files that vanish meanwhile are skipped."""
+        """(key, file size, last use: its atime) of every block file; files that vanish
+        meanwhile are skipped."""
         with suppress(FileNotFoundError):
             for sub in os.scandir(self.blocks):
                 if not sub.is_dir(follow_symlinks=False):
@@ -171,7 +191,7 @@ class BlockFiles:
                         with suppress(FileNotFoundError):
                             st = entry.stat(follow_symlinks=False)
                             if entry.is_file(follow_symlinks=False):
-                                yield entry.name, st.st_size, st.st_mtime
+                                yield entry.name, st.st_size, st.st_atime
 
     def stray_files(self) -> list[str]:
         """Files under blocks/ that are no block's (wrong name or place): ``check`` removes them."""
@@ -205,6 +225,10 @@ class BlockFiles:
                     os.unlink(path)
                     removed.append(path)
         return removed
+
+
+def _identity(st: os.stat_result) -> Identity:
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _pread_full(fd: int, length: int, offset: int) -> bytes:

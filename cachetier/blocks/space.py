@@ -17,9 +17,9 @@ Reads never ask it: a hit is a file read (``cachetier.blocks.files``). What it i
 - ``forget`` (a block deleted or found corrupt), ``set_capacity`` (evicts at once), ``usage``.
 
 It keeps its state in memory, rebuilt at open from the directory (``load``: each file's size,
-ordered by mtime) and kept across restarts by stamping each used block's mtime (``persist``,
-every second or so): LRU order survives a restart at that grain, LFU counts restart at zero
-(ties broken by last use).
+ordered by atime) and kept across restarts by stamping each used block's atime (``persist``,
+every second or so; the mtime stays when its bytes were written, which zero-copy hits rely on):
+LRU order survives a restart at that grain, LFU counts restart at zero (ties broken by last use).
 
 ``Space`` is the manager itself (thread-safe); ``cachetier.blocks.spaceipc`` serves it to
 worker processes over a Unix socket, and gives them a client with the same methods.
@@ -66,6 +66,7 @@ class Usage:
     capacity: int
     blocks: int  # committed blocks
     headers: int  # bytes of those that are headers, not block data
+    stored: int  # bytes of the committed blocks' files (``used`` without blocks being written)
 
 
 class SpaceLike(Protocol):
@@ -175,8 +176,8 @@ class Space:
     def load(self) -> int:
         """Take the directory (one manager per directory: ``DirectoryTaken`` if another process
         has it), then rebuild from it: removes the tmp/ files of writers no longer running,
-        counts every block file (oldest use first) and evicts down to capacity. Returns the
-        blocks evicted."""
+        counts every block file (oldest use, by atime, first) and evicts down to capacity.
+        Returns the blocks evicted."""
         with self._lock:
             if self._owner_fd is None:
                 self._owner_fd = _take(self.files.directory)
@@ -290,7 +291,7 @@ class Space:
                     break
             key = self._scrub_queue.pop()
             try:
-                data = self.files.read(key)
+                data = self.files.read(key, use=False)
             except CorruptBlock as exc:
                 with self._lock:  # still this file: a put of the key (being written) would have taken it out
                     if key not in self._sizes:
@@ -308,7 +309,7 @@ class Space:
         return corrupt
 
     def persist(self) -> None:
-        """Stamp the blocks used since the last call with now (their mtime), for a restart."""
+        """Stamp the blocks used since the last call with now (their atime), for a restart."""
         with self._lock:
             touched, self._touched = self._touched, set()
         for key in touched:
@@ -323,7 +324,8 @@ class Space:
 
     def usage(self) -> Usage:
         with self._lock:
-            return Usage(self._used, self._capacity, len(self._sizes), len(self._sizes) * file_size(0))
+            stored = sum(self._sizes.values())
+            return Usage(self._used, self._capacity, len(self._sizes), len(self._sizes) * file_size(0), stored)
 
     def close(self) -> None:
         self.persist()

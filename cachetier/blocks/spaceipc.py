@@ -12,7 +12,7 @@ mode 0600 (only the node's own user reaches it); requests are lines of text:
     C <tier> <key> / A ... / F ...   commit, abort, forget                   (no answer)
     U <tier> <key>:<n> ...        reads                                      (no answer)
     S <tier> <capacity>           set the capacity                           -> <evicted>
-    Q <tier>                      usage                                      -> <used> <cap> <blocks> <headers>
+    Q <tier>                      usage                 -> <used> <cap> <blocks> <headers> <stored>
 
 Only requests that answer wait for one, so reads and commits cost a worker one send each.
 Workers never ask on a hit. If the supervisor is gone, puts fail with OSError (the store keeps
@@ -126,7 +126,7 @@ class SpaceServer:
             return str(space.set_capacity(int(words[2])))
         elif op == "Q":
             u = space.usage()
-            return f"{u.used} {u.capacity} {u.blocks} {u.headers}"
+            return f"{u.used} {u.capacity} {u.blocks} {u.headers} {u.stored}"
         else:
             raise ValueError(f"unknown request {op!r}")
         return None
@@ -227,8 +227,8 @@ class RemoteSpace:
         return int(evicted)
 
     def usage(self) -> Usage:
-        used, capacity, blocks, headers = self.connection.ask(f"Q {self.tier}")
-        return Usage(int(used), int(capacity), int(blocks), int(headers))
+        used, capacity, blocks, headers, stored = self.connection.ask(f"Q {self.tier}")
+        return Usage(int(used), int(capacity), int(blocks), int(headers), int(stored))
 
     def persist(self) -> None:
         pass  # the server stamps uses

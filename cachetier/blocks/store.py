@@ -32,12 +32,13 @@ import os
 import shutil
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
-from cachetier.blocks.files import BlockFiles, CorruptBlock, file_size
+from cachetier.blocks.files import BlockFiles, CorruptBlock, Identity, file_size
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.space import OK, DirectoryTaken, LocalSpace, Space, SpaceLike
 from cachetier.lake import FileRegion
@@ -45,6 +46,11 @@ from cachetier.lake import FileRegion
 log = logging.getLogger("lakegate.blockstore")
 
 T = TypeVar("T", bytes, FileRegion)
+
+# Blocks of this size and more, read or written here, are marked verified for open_region; at
+# most this many marks (least recently marked forgotten first: a hit then reads its block once).
+_VERIFIED_MIN = 64 * 1024
+_VERIFIED_MARKS = 65536
 
 # Eviction policies by name: policy as data (cachetier.blocks.space keeps their orders).
 EVICTION_POLICIES = {"lru": "least recently used", "lfu": "least frequently used"}
@@ -150,6 +156,8 @@ class DiskBlockStore(_Statistics):
         self.space: SpaceLike = space
         self._reads: dict[str, int] = {}
         self._reads_lock = threading.Lock()
+        # block files this store checked (or wrote), by their identity, for open_region
+        self._verified: OrderedDict[str, Identity] = OrderedDict()
         self._scrub_budget = int(scrub_rate * flush_interval)  # per flush, where this store owns its space
         self._closing = threading.Event()
         self._flusher = threading.Thread(
@@ -161,12 +169,49 @@ class DiskBlockStore(_Statistics):
         self._flusher.start()
 
     def get(self, block_id: BlockId, *, counted: bool = True) -> bytes | None:
-        return self._look(block_id.hex, self.files.read, counted)
+        data = self._look(block_id.hex, self.files.read, counted)
+        if data is not None and len(data) >= _VERIFIED_MIN:
+            self._mark_verified(block_id.hex)  # a stat: cheap beside a read of this size
+        return data
 
     def open_region(self, block_id: BlockId, *, counted: bool = True) -> FileRegion | None:
-        """The block as a region of its open file (``BlockFiles.open_region``: header checked,
-        checksum left to the scrub), or None; counted and recorded as ``get`` is."""
-        return self._look(block_id.hex, self.files.open_region, counted)
+        """The block as a region of its open file, to send unread: only a file this store has
+        verified since it last changed (its checksum read by a ``get``, or its bytes written by a
+        ``put``, of a file with the same inode, mtime and size; the scrub re-checks all of them
+        on its schedule), its header and length checked again now. None otherwise, counted as
+        nothing: the caller then reads it with ``get``, which checks it and marks it verified."""
+        key = block_id.hex
+        mark = self._verified.get(key)
+        if mark is None:
+            return None
+        try:
+            found = self.files.open_region(key)
+        except CorruptBlock as exc:
+            self._drop_corrupt(key, str(exc))
+            return None
+        except OSError:
+            return None  # the get that follows meets the same error, and counts it
+        if found is None:
+            return None
+        region, identity = found
+        if identity != mark:  # replaced or written into since it was checked
+            region.close()
+            return None
+        with self._reads_lock:
+            self._reads[key] = self._reads.get(key, 0) + 1
+        self._count("hits", counted)
+        return region
+
+    def _mark_verified(self, key: str) -> None:
+        identity = self.files.identity(key)
+        with self._reads_lock:
+            if identity is None:
+                self._verified.pop(key, None)
+                return
+            self._verified[key] = identity
+            self._verified.move_to_end(key)
+            if len(self._verified) > _VERIFIED_MARKS:
+                self._verified.popitem(last=False)
 
     def _look(self, key: str, opener: Callable[[str], T | None], counted: bool) -> T | None:
         """A read's (or a region's) outcome, counted, and a hit recorded for the eviction order."""
@@ -213,10 +258,13 @@ class DiskBlockStore(_Statistics):
             self.space.abort(key)
             raise
         self.space.commit(key)
+        if len(data) >= _VERIFIED_MIN:
+            self._mark_verified(key)  # written from these bytes: as checked as a read
         self._count("puts")
 
     def delete(self, block_id: BlockId) -> bool:
         key = block_id.hex
+        self._forget_mark(key)
         removed = self.files.remove(key)
         self.space.forget(key)
         return removed
@@ -238,7 +286,7 @@ class DiskBlockStore(_Statistics):
 
     def used_bytes(self) -> int:
         usage = self.space.usage()
-        return usage.used - usage.headers
+        return usage.stored - usage.headers  # blocks stored, not those being written
 
     def check(self) -> list[str]:
         """Verify every block file (removing those that fail and files that are no block's),
@@ -306,7 +354,12 @@ class DiskBlockStore(_Statistics):
             with self._stats_lock:
                 self.evictions += evicted
 
+    def _forget_mark(self, key: str) -> None:
+        with self._reads_lock:
+            self._verified.pop(key, None)
+
     def _drop_corrupt(self, key: str, why: str) -> None:
+        self._forget_mark(key)
         log.warning("block %s in %s is corrupt (%s): deleted", key, self.files.directory, why)
         self.files.remove(key)
         self.space.forget(key)

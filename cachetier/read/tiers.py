@@ -91,10 +91,10 @@ class Tiers:
             store = self.l1 if tier == "l1" else self.l2
             if store is None:
                 continue
-            found: Piece | None
-            if self._files[tier]:
+            found: Piece | None = None
+            if self._files[tier]:  # a region of a block it checked, else read (and checked)
                 found = self._region_one(tier, cast(RegionStore, store), bid, tier in asked)
-            else:
+            if found is None:
                 found = await self._read_one(tier, store, bid, length, tier in asked)
             if found is not None:
                 return found, tier

@@ -123,7 +123,7 @@ def test_reads_are_flushed_in_the_background_and_survive_a_kill(tmp_path: Path, 
         assert child.stdout.readline() == b"read\n"
         deadline = time.monotonic() + 30
         files = BlockFiles(tmp_path)
-        last_use = [lambda i=i: os.stat(files.path(bid(i).hex)).st_mtime for i in range(3)]
+        last_use = [lambda i=i: os.stat(files.path(bid(i).hex)).st_atime for i in range(3)]
         while not last_use[0]() > last_use[2]() < last_use[1]():  # 2 was put last, 0 and 1 read since
             assert time.monotonic() < deadline, "the reads were not flushed"
             time.sleep(0.01)

@@ -57,7 +57,8 @@ def test_a_killed_supervisor_takes_its_workers_with_it(gateway: Gateway) -> None
     workers = gateway.listening_workers()
     os.kill(gateway.pid, signal.SIGKILL)
     assert gone(workers), "workers outlived their supervisor (PR_SET_PDEATHSIG)"
-    with socket.socket() as sock:  # and the address is free again
+    with socket.socket() as sock:  # and the address is free again (beside connections in TIME_WAIT)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", gateway.port))
 
 

@@ -1,7 +1,8 @@
 """Large L1 hits sent with sendfile (ASGI's zero-copy extension, gateway/httpserver.py) by a real
 `lakegate serve` over a folder lake: whole and ranged GETs read back exactly, a client that goes
-away mid-body leaves no open file behind, and a block corrupted on disk (which a region sends
-unread) is found by the scrub and fetched again."""
+away mid-body leaves no open file behind, and a block rotting on disk (which a region sends
+unread: its file unchanged to the file system) is found by the scrub and fetched again. A file
+written into since it was checked is read and checked first: tests/integration/test_cache.py."""
 
 from __future__ import annotations
 
@@ -84,9 +85,11 @@ def test_a_block_corrupted_on_disk_is_found_by_the_scrub_and_fetched_again(gatew
     files = BlockFiles(gateway.cache_dir / "l1")
     big = [Path(files.path(key)) for key, size, _ in files.scan() if size == HEADER_SIZE + 4 * MiB]
     assert len(big) == 3
+    st = big[1].stat()
     raw = bytearray(big[1].read_bytes())
-    raw[HEADER_SIZE + 12345] ^= 0x01  # same length: the header check of a region passes it
+    raw[HEADER_SIZE + 12345] ^= 0x01  # bit rot: same length, inode and times, so sent unread
     big[1].write_bytes(raw)
+    os.utime(big[1], ns=(st.st_atime_ns, st.st_mtime_ns))
     deadline = time.monotonic() + 20  # 12 MiB at 64 MiB/s: a pass well within a second or two
     while big[1].exists():
         assert time.monotonic() < deadline, "the scrub never found the corrupt block"

@@ -106,3 +106,17 @@ def start_gateway(tmp_path: Path, rgw_target: Target) -> Iterator[StartGateway]:
         gateway.stop()
 
 
+def coexisting_bytes(folders: list[Path]) -> int:
+    """Bytes of the files under ``folders`` that all exist at the end of the scan, at the sizes
+    seen during it: at most what they hold together at that moment (a file counted and then
+    evicted, whose space a newer file took meanwhile, is left out; files only grow while
+    written), so a tier within its capacity never measures above it."""
+    seen = {}
+    for folder in folders:
+        for path in folder.rglob("*"):
+            try:
+                if path.is_file():
+                    seen[path] = path.stat().st_size
+            except FileNotFoundError:  # evicted, or renamed, meanwhile
+                pass
+    return sum(size for path, size in seen.items() if path.exists())

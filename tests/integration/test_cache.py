@@ -24,7 +24,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from cachegw import BLOCK, MiB, StartGateway, lake_bucket, rgw, rgw_log, start_gateway  # noqa: F401 (fixtures)
+from cachegw import BLOCK, MiB, StartGateway, coexisting_bytes, lake_bucket, rgw, rgw_log, start_gateway  # noqa: F401 (fixtures)
 
 from cachetier.blocks.files import HEADER_SIZE, BlockFiles
 from cachetier.blocks.ids import BlockId
@@ -71,15 +71,9 @@ def _with_headers(client: Any, headers: dict[str, str]) -> Any:
 
 
 def _dir_bytes(path: Path) -> int:
-    """Bytes of every file under ``path``, recursively (files may vanish meanwhile)."""
-    total = 0
-    for folder, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(folder, name))
-            except FileNotFoundError:
-                pass
-    return total
+    """Bytes of the files under ``path`` that coexist (cachegw.coexisting_bytes: a snapshot taken
+    while blocks come and go never counts an evicted block beside the one that took its room)."""
+    return coexisting_bytes([path])
 
 
 class _DirectorySampler:
@@ -251,7 +245,7 @@ def test_eviction_keeps_the_cache_directory_within_capacity(
     start_gateway: StartGateway, rgw: Any, lake_bucket: str
 ) -> None:
     capacity, size, count = 64 * MiB, 8 * MiB, 25  # 200 MiB through a 64 MiB cache
-    bound = capacity + BLOCK
+    bound = capacity  # room is made before a block lands (cachetier.blocks.space)
     gw = start_gateway(cache_capacity="64MiB")
     digests = {}
     for i in range(count):

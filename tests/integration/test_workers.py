@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
-from cachegw import BLOCK, MiB, Gateway, StartGateway, lake_bucket, rgw, rgw_log, start_gateway  # noqa: F401
+from cachegw import BLOCK, MiB, Gateway, StartGateway, coexisting_bytes, lake_bucket, rgw, rgw_log, start_gateway  # noqa: F401
 from harness.clients import S3ClientBase
 from harness.rgwlog import RgwLog
 
@@ -96,22 +96,6 @@ def workers(gw: Gateway) -> list[int]:
         except psutil.NoSuchProcess:
             continue
     return found
-
-
-def coexisting_bytes(folders: list[Path]) -> int:
-    """Bytes of the files under ``folders`` that all exist at the end of the scan, at the sizes
-    seen during it: at most what they hold together at that moment (a file counted and then
-    evicted, whose space a newer file took meanwhile, is left out; files only grow while
-    written), so a tier within its capacity never measures above it."""
-    seen = {}
-    for folder in folders:
-        for path in folder.rglob("*"):
-            try:
-                if path.is_file():
-                    seen[path] = path.stat().st_size
-            except FileNotFoundError:  # evicted, or renamed, meanwhile
-                pass
-    return sum(size for path, size in seen.items() if path.exists())
 
 
 def block_files(l1: Path) -> list[tuple[str, int, float]]:

@@ -381,7 +381,7 @@ def test_a_reservation_left_by_a_dead_writer_is_settled_from_the_disk(tmp_path: 
     files.write(bid(1).hex, block(1)[1])  # killed before its rename
     space.release(writer, os.getpid())
     assert files.tmp_files() == []
-    assert space.usage() == Usage(size, fits(4), 1, HEADER_SIZE)
+    assert space.usage() == Usage(size, fits(4), 1, HEADER_SIZE, size)
     assert space.reserve(bid(0).hex, size).answer == "ok"  # no longer anyone's
 
 
@@ -430,8 +430,24 @@ def test_a_region_is_the_block_unread_and_owns_its_file(tmp_path: Path) -> None:
         assert region.fd == -1 and part.read() == block(0)[1][10:1000]
         part.close()
         part.close()  # idempotent
-        assert store.open_region(bid(1)) is None
-        assert (store.hits, store.misses) == (1, 1)
+        assert store.open_region(bid(1)) is None  # no region: the caller reads it (and counts that)
+        assert (store.hits, store.misses) == (1, 0)
+
+
+def test_a_block_written_into_since_it_was_checked_is_read_and_checked(tmp_path: Path) -> None:
+    with closing(DiskBlockStore(tmp_path, fits(4))) as store:
+        store.put(*block(0))
+        store.put(*block(1))
+        path = Path(store.files.path(bid(0).hex))
+        raw = bytearray(path.read_bytes())
+        raw[HEADER_SIZE + 99] ^= 0x01  # in place, by a tool or a hand: a new mtime
+        path.write_bytes(raw)
+        assert store.open_region(bid(0)) is None and (store.hits, store.misses) == (0, 0)  # read it
+        assert store.get(bid(0)) is None and store.corrupt == 1  # ... and the read finds it
+        assert store.open_region(bid(2)) is None  # nothing this store checked: read it too
+        region = store.open_region(bid(1))  # written here: checked
+        assert region is not None and region.read() == block(1)[1]
+        region.close()
 
 
 def test_a_torn_block_is_no_region(tmp_path: Path) -> None:
@@ -447,10 +463,12 @@ def test_the_scrub_finds_a_flipped_bit_that_a_region_would_send(tmp_path: Path) 
         for i in range(3):
             store.put(*block(i))
         path = Path(store.files.path(bid(1).hex))
+        st = path.stat()
         raw = bytearray(path.read_bytes())
-        raw[HEADER_SIZE + 777] ^= 0x10  # same length: a region does not see it
+        raw[HEADER_SIZE + 777] ^= 0x10  # bit rot: same length, same inode and times
         path.write_bytes(raw)
-        region = store.open_region(bid(1))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        region = store.open_region(bid(1))  # a region does not see it
         assert region is not None
         region.close()
         assert isinstance(store.space, LocalSpace)
