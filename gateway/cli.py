@@ -88,7 +88,8 @@ def load_tenants(settings: Settings) -> TenantDirectory:
 def _banner(settings: Settings, tenants: TenantDirectory) -> str:
     endpoint = f"{settings.server.scheme}://{settings.server.listen}"
     lake = settings.lake.location if settings.lake.s3 is None else f"S3 {settings.lake.location}"
-    lines = [f"lakegate serving S3 at {endpoint}  (lake: {lake})"]
+    workers = settings.server.workers
+    lines = [f"lakegate serving S3 at {endpoint}  (lake: {lake}; {workers} worker process{'es' if workers > 1 else ''})"]
     demo = next((t for t in tenants.tenants if t.demo), None)
     if demo is not None:
         lines += [

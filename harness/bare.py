@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.processes import REPO_ROOT, cancel_on_exit, gateway_environment, log, on_exit, terminate, wait_listening
+from harness.processes import LoopbackServer, REPO_ROOT, cancel_on_exit, gateway_environment, log, on_exit, terminate, wait_listening
 
 BODY_BYTES = 4096
 
@@ -47,19 +47,10 @@ def serve(port: int, body_bytes: int = BODY_BYTES) -> None:
 
 
 @dataclass
-class BareServer:
+class BareServer(LoopbackServer):
     port: int
     body_bytes: int = BODY_BYTES
     proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
 
     def start(self) -> str:
         on_exit("bare ASGI server", self.stop)

@@ -33,7 +33,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from harness.ports import port_busy
-from harness.processes import cancel_on_exit, log, on_exit, terminate, wait_listening
+from harness.processes import LoopbackServer, cancel_on_exit, log, on_exit, terminate, wait_listening
 
 NGINX_INSTALL = "apt-get install -y nginx-light   (Debian/Ubuntu; it has the slice module; or 'nginx')"
 SLICE = "4m"
@@ -97,22 +97,13 @@ http {{
 
 
 @dataclass
-class NginxCache:
+class NginxCache(LoopbackServer):
     upstream_url: str  # http://host:port of the S3 endpoint
     port: int
     workers: int = 2
     start_timeout: float = 15.0
     proc: subprocess.Popen[bytes] | None = None
     prefix: Path | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
 
     def start(self) -> str:
         binary = nginx_binary()

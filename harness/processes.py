@@ -199,3 +199,19 @@ class CpuMeter:
         self.seconds += span
         self._started = None
         return span
+
+
+class LoopbackServer:
+    """What a harness server child on 127.0.0.1 answers (the dataclass holds ``port`` and ``proc``)."""
+
+    port: int
+    proc: subprocess.Popen[bytes] | None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
