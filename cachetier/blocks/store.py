@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from cachetier.blocks.files import BlockFiles, CorruptBlock, Identity, file_size
 from cachetier.blocks.ids import BlockId
@@ -44,8 +44,6 @@ from cachetier.blocks.space import OK, DirectoryTaken, LocalSpace, Space, SpaceL
 from cachetier.lake import FileRegion
 
 log = logging.getLogger("lakegate.blockstore")
-
-T = TypeVar("T", bytes, FileRegion)
 
 # Blocks of this size and more, read or written here, are marked verified for open_region; at
 # most this many marks (least recently marked forgotten first: a hit then reads its block once).
@@ -169,9 +167,24 @@ class DiskBlockStore(_Statistics):
         self._flusher.start()
 
     def get(self, block_id: BlockId, *, counted: bool = True) -> bytes | None:
-        data = self._look(block_id.hex, self.files.read, counted)
-        if data is not None and len(data) >= _VERIFIED_MIN:
-            self._mark_verified(block_id.hex)  # a stat: cheap beside a read of this size
+        key = block_id.hex
+        try:
+            data = self.files.read(key)
+        except CorruptBlock as exc:
+            self._drop_corrupt(key, str(exc))
+            data = None
+        except OSError:  # EIO, a directory gone to pieces: the caller's to handle, a miss here
+            self._count("misses", counted)
+            with suppress(OSError):  # unreadable: removed, so that a fill stores it anew
+                if self.files.remove(key):
+                    self.space.forget(key)
+            raise
+        if data is None:
+            self._count("misses", counted)
+            return None
+        if len(data) >= _VERIFIED_MIN:
+            self._mark_verified(key)  # a stat: cheap beside a read of this size
+        self._hit(key, counted)
         return data
 
     def open_region(self, block_id: BlockId, *, counted: bool = True) -> FileRegion | None:
@@ -197,9 +210,7 @@ class DiskBlockStore(_Statistics):
         if identity != mark:  # replaced or written into since it was checked
             region.close()
             return None
-        with self._reads_lock:
-            self._reads[key] = self._reads.get(key, 0) + 1
-        self._count("hits", counted)
+        self._hit(key, counted)
         return region
 
     def _mark_verified(self, key: str) -> None:
@@ -213,26 +224,11 @@ class DiskBlockStore(_Statistics):
             if len(self._verified) > _VERIFIED_MARKS:
                 self._verified.popitem(last=False)
 
-    def _look(self, key: str, opener: Callable[[str], T | None], counted: bool) -> T | None:
-        """A read's (or a region's) outcome, counted, and a hit recorded for the eviction order."""
-        try:
-            found = opener(key)
-        except CorruptBlock as exc:
-            self._drop_corrupt(key, str(exc))
-            found = None
-        except OSError:  # EIO, a directory gone to pieces: the caller's to handle, a miss here
-            self._count("misses", counted)
-            with suppress(OSError):  # unreadable: removed, so that a fill stores it anew
-                if self.files.remove(key):
-                    self.space.forget(key)
-            raise
-        if found is None:
-            self._count("misses", counted)
-            return None
+    def _hit(self, key: str, counted: bool) -> None:
+        """Count a hit, and record it for the eviction order (reported in the next batch)."""
         with self._reads_lock:
             self._reads[key] = self._reads.get(key, 0) + 1
         self._count("hits", counted)
-        return found
 
     def put(self, block_id: BlockId, data: bytes) -> None:
         # Crash safety (cachetier.blocks.files, cachetier.blocks.space): room is reserved first,
