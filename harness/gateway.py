@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-import psutil
 
 from harness.endpoints import ADMIN_ENV, BENCH_TENANT, REGION, S3Endpoint, Target, Tenant, admin_get_json, tenants_toml
 from harness.ports import free_port
-from harness.processes import cancel_on_exit, gateway_environment, lakegate_command, log, on_exit, terminate
+from harness.processes import cancel_on_exit, gateway_environment, lakegate_command, listening_pids, log, on_exit, terminate
 
 HEALTH_PATH = "/_lakegate/health"
 ADMIN_STATS_PATH = "/_lakegate/admin/stats"
@@ -125,15 +124,7 @@ class Gateway:
 
     def listening_workers(self) -> list[int]:
         """The pids of this gateway's processes listening on its port (its workers)."""
-        found = []
-        for proc in [psutil.Process(self.pid), *psutil.Process(self.pid).children()]:
-            try:
-                if any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port
-                       for c in proc.net_connections(kind="tcp")):
-                    found.append(proc.pid)
-            except psutil.NoSuchProcess:
-                continue
-        return found
+        return listening_pids(self.pid, self.port)
 
     def _wait_workers(self) -> None:
         """With several workers, health answers once the first listens: wait for all of them,

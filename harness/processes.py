@@ -215,3 +215,22 @@ class LoopbackServer:
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
+
+
+def listening_pids(pid: int, port: int) -> list[int]:
+    """``pid`` and those of its children that listen on TCP ``port``: a `lakegate serve` with
+    several workers is a supervisor whose children (the workers) listen."""
+    import psutil
+
+    found = []
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children()]
+    except psutil.NoSuchProcess:
+        return []
+    for proc in procs:
+        try:
+            if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in proc.net_connections(kind="tcp")):
+                found.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return found

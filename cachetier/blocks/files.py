@@ -32,7 +32,7 @@ from contextlib import suppress
 
 from awscrt.checksums import crc32c
 
-from cachetier.lake import FileRegion
+from cachetier.lake import FileRegion, pread_upto
 
 HEADER = struct.Struct("<4sIQ")
 HEADER_SIZE = HEADER.size  # 16: what each block costs on disk besides its bytes
@@ -83,7 +83,7 @@ class BlockFiles:
         except FileNotFoundError:
             return None
         try:
-            head = _pread_full(fd, _FIRST_READ, 0)
+            head = pread_upto(fd, _FIRST_READ, 0)
             if len(head) < HEADER_SIZE:
                 raise CorruptBlock(f"{len(head)} bytes, shorter than a header")
             magic, checksum, length = HEADER.unpack_from(head)
@@ -92,7 +92,7 @@ class BlockFiles:
             if length <= _FIRST_READ - HEADER_SIZE:
                 data = head[HEADER_SIZE : HEADER_SIZE + length]
             else:
-                data = _pread_full(fd, length, HEADER_SIZE)
+                data = pread_upto(fd, length, HEADER_SIZE)
         finally:
             os.close(fd)
         if len(data) != length:
@@ -229,18 +229,6 @@ class BlockFiles:
 
 def _identity(st: os.stat_result) -> Identity:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-def _pread_full(fd: int, length: int, offset: int) -> bytes:
-    data = os.pread(fd, length, offset)
-    if 0 < len(data) < length:  # a short read (some file systems) or a short file
-        parts = [data]
-        got = len(data)
-        while got < length and (part := os.pread(fd, length - got, offset + got)):
-            parts.append(part)
-            got += len(part)
-        data = b"".join(parts)
-    return data
 
 
 def _write_full(fd: int, data: bytes) -> None:

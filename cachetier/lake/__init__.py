@@ -66,16 +66,25 @@ class FileRegion:
         self.close()
 
 
+def pread_upto(fd: int, count: int, offset: int) -> bytes:
+    """Up to ``count`` bytes of ``fd`` from ``offset``: fewer only where the file ends (a short
+    read of some file systems is read on)."""
+    data = os.pread(fd, count, offset)
+    if 0 < len(data) < count:
+        parts, got = [data], len(data)
+        while got < count and (part := os.pread(fd, count - got, offset + got)):
+            parts.append(part)
+            got += len(part)
+        data = b"".join(parts)
+    return data
+
+
 def pread_exactly(fd: int, offset: int, count: int) -> bytes:
     """``count`` bytes of ``fd`` from ``offset``; ConnectionError if the file ends first."""
-    parts, got = [], 0
-    while got < count:
-        part = os.pread(fd, count - got, offset + got)
-        if not part:
-            raise ConnectionError(f"the file ended {count - got} bytes early")
-        parts.append(part)
-        got += len(part)
-    return b"".join(parts)
+    data = pread_upto(fd, count, offset)
+    if len(data) < count:
+        raise ConnectionError(f"the file ended {count - len(data)} bytes early")
+    return data
 
 
 Piece = bytes | FileRegion  # of a GET's body: FileRegion only where the consumer asked

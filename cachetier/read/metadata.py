@@ -22,6 +22,9 @@ from cachetier.lake import ObjectInfo
 from cachetier.read.generations import Generations, Stamp
 
 
+_UNSHARED: Stamp = (0, 0)
+
+
 class MetadataCache:
     def __init__(
         self,
@@ -33,7 +36,7 @@ class MetadataCache:
         self.ttl = ttl
         self._clock = clock
         self._max = max_entries
-        self.generations = generations if generations is not None else Generations()
+        self.generations = generations  # None: one process, whose invalidations pop its entries
         self._entries: OrderedDict[tuple[str, str], tuple[ObjectInfo, float, Stamp]] = OrderedDict()
 
     def get(self, bucket: str, key: str) -> ObjectInfo | None:
@@ -43,7 +46,7 @@ class MetadataCache:
         if hit is None:
             return None
         info, expires, stamp = hit
-        if self._clock() >= expires or self.generations.stamp(bucket, key) != stamp:
+        if self._clock() >= expires or (self.generations is not None and self.generations.stamp(bucket, key) != stamp):
             del self._entries[(bucket, key)]
             return None
         self._entries.move_to_end((bucket, key))
@@ -51,7 +54,7 @@ class MetadataCache:
 
     def stamp(self, bucket: str, key: str) -> Stamp:
         """To take before a lookup leaves for the lake, and give to ``put`` with its answer."""
-        return self.generations.stamp(bucket, key)
+        return self.generations.stamp(bucket, key) if self.generations is not None else _UNSHARED
 
     def put(self, info: ObjectInfo, stamp: Stamp | None = None) -> None:
         if self.ttl <= 0:
@@ -66,12 +69,14 @@ class MetadataCache:
     def invalidate(self, bucket: str, key: str) -> ObjectInfo | None:
         """Forget the key, in every worker of the node; returns what this one had cached for it
         (fresh or not)."""
-        self.generations.bump(bucket, key)
+        if self.generations is not None:
+            self.generations.bump(bucket, key)
         hit = self._entries.pop((bucket, key), None)
         return hit[0] if hit is not None else None
 
     def invalidate_bucket(self, bucket: str) -> None:
-        self.generations.bump(bucket)
+        if self.generations is not None:
+            self.generations.bump(bucket)
         for k in [k for k in self._entries if k[0] == bucket]:
             del self._entries[k]
 

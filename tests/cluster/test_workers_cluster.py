@@ -5,28 +5,16 @@ from the lake once for the whole cluster, whichever worker of whichever node rea
 from __future__ import annotations
 
 import os
-from contextlib import suppress
 from typing import Any
 from urllib.parse import urlsplit
 
-import psutil
 
 from harness.cluster import LocalCluster, StartCluster
 from harness.endpoints import empty_and_delete_bucket, unique_bucket_name
+from harness.processes import listening_pids
 from test_l2 import key_owned_by, locate, ring, wait_until
 
 WORKERS = {"LAKEGATE_WORKERS": "2"}
-
-
-def listening(pid: int, url: str) -> list[int]:
-    """The processes of node ``pid`` listening on its port: its workers."""
-    port = urlsplit(url).port
-    found = []
-    for proc in psutil.Process(pid).children():
-        with suppress(psutil.NoSuchProcess):
-            if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in proc.net_connections("tcp")):
-                found.append(proc.pid)
-    return found
 
 
 def every_worker_sees(cluster: LocalCluster, node: str, live: list[str]) -> bool:
@@ -41,7 +29,8 @@ def test_a_node_of_two_workers_is_one_member_and_fetches_each_block_once(
 ) -> None:
     cluster = start_cluster(nodes=2, env=WORKERS)
     nodes = cluster.node_ids
-    wait_until(lambda: all(len(listening(pid, url)) == 2 for pid, url in zip(cluster.pids.values(), cluster.urls.values())),
+    wait_until(lambda: all(len(listening_pids(pid, urlsplit(url).port or 0)) == 2
+                           for pid, url in zip(cluster.pids.values(), cluster.urls.values())),
                60, 0.2)
     wait_until(lambda: all(every_worker_sees(cluster, n, sorted(nodes)) for n in nodes), 60, 0.5)
     bucket = unique_bucket_name("workers-cluster")

@@ -86,18 +86,6 @@ def start_workers(start_gateway: StartGateway, count: int = 2, **settings: str) 
     return gw
 
 
-def workers(gw: Gateway) -> list[int]:
-    """The pids of the gateway's live workers (not multiprocessing's resource tracker)."""
-    found = []
-    for child in psutil.Process(gw.process.pid).children():
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
-                found.append(child.pid)
-        except psutil.NoSuchProcess:
-            continue
-    return found
-
-
 def block_files(l1: Path) -> list[tuple[str, int, float]]:
     return list(BlockFiles(l1).scan())
 
@@ -108,7 +96,7 @@ def test_a_block_one_worker_fetched_is_a_hit_for_another(
     data = os.urandom(2 * BLOCK + MiB)  # three blocks
     rgw.put_object(Bucket=lake_bucket, Key="obj", Body=data)
     gw = start_workers(start_gateway)
-    assert len(workers(gw)) == 2
+    assert len(gw.process.listening_workers()) == 2
     first = connect_to(gw, connections)
     assert first.get(lake_bucket, "obj") == (200, data)
     gw.wait_stored(len(data))
@@ -219,7 +207,7 @@ def test_a_worker_killed_mid_fill_leaves_nothing_wrong(
             raise AssertionError(f"block {key} reads back wrong: {exc}") from None
     # a replacement worker was started, and a fresh connection reads the object right
     deadline = time.monotonic() + 60
-    while len(workers(gw)) < 2 or victim in workers(gw):
+    while len(live := gw.process.listening_workers()) < 2 or victim in live:
         assert time.monotonic() < deadline, "no replacement worker"
         time.sleep(0.2)
     again = connect_to(gw, connections)
