@@ -6,7 +6,11 @@ unit-tested without a server. Imports neither ``gateway`` nor ``cachetier``
 decision types:
 
 - ``placement``: nodes and weights -> R owner ids per partition (the ring's planning; the
-  ring in ``cachetier.cluster.ring`` applies the table and looks blocks up).
+  ring in ``cachetier.cluster.ring`` applies the table and looks blocks up); and Pisces' PP:
+  per-partition demand and what each node can serve -> a few partitions moved off overloaded nodes.
+- ``allocation``: Pisces' WA: per-node per-tenant demand -> each node's local tenant weights, by
+  reciprocal swaps toward every tenant's weighted max-min share of the cluster; a node's
+  weighted max-min service; the min-max ratio; a cluster-wide budget split among nodes by demand.
 - ``selection``: which of a block's owners to ask, less suspect peers (per-peer health, now),
   and the fetch plan for a missed block (peer owners, then the lake).
 - ``tiering``: which tier (L1 or L2) keeps a fetched block.

@@ -1,0 +1,246 @@
+"""Weight allocation (Pisces' WA) and the division of cluster-wide budgets among nodes.
+
+Each node serves its tenants in weighted max-min order with *local* weights (fair queuing, scope
+item 1). A tenant's global weight says what share of the whole cluster it should get; where its
+demand lands decides which local weights would give it that. ``allocate`` moves local weights
+between nodes by Pisces' reciprocal swap: tenant ``t``, under its fair share, takes weight from
+tenant ``u`` on a node ``A`` where ``t`` wants more than it is served, and gives ``u`` the same
+amount back on a node ``B``. Every swap keeps each node's weight sum and each tenant's sum over
+nodes, so a round can never give a tenant more weight than it owns, only put it where it serves.
+
+The driver (one leader every few seconds, scope item 2) feeds ``allocate`` what each node reports,
+applies the weights it returns, and calls it again on the next round: it converges over rounds,
+moving each weight a bounded step per call. ``service`` is the model of one node it plans with,
+``min_max_ratio`` the figure it is judged by (Pisces' MMR), and ``split`` divides a cluster-wide
+budget (the lake bandwidth, a tenant's hard limit) among nodes, or a node's among its workers.
+
+Units: ``demand`` and ``capacity`` are in one unit per resource (bytes/s, requests/s, or a
+dominant share: the fraction of that node's capacity wanted, with capacity 1.0); only ratios of
+weights matter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+Weights = Mapping[str, Mapping[str, float]]  # node -> tenant -> local weight
+
+# Below this a difference is rounding, not a reason to move weight.
+EPSILON = 1e-9
+# A swap is tried at its largest size and at these fractions of it; the best one is kept.
+SWAP_FRACTIONS = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125)
+# Pairs tried per swap: the most under-served tenants against the most over-served ones.
+CANDIDATES = 4
+
+
+def service(capacity: float, demand: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
+    """What each tenant in ``demand`` is served by one node of ``capacity``: weighted max-min
+    (water filling), work-conserving. Every tenant with demand needs a positive weight."""
+    if capacity < 0:
+        raise ValueError("capacity must be >= 0")
+    served = {tenant: 0.0 for tenant in demand}
+    wanting = [tenant for tenant, wanted in demand.items() if wanted > 0]
+    for tenant in wanting:
+        if not weights.get(tenant, 0.0) > 0:
+            raise ValueError(f"tenant {tenant!r} has demand but no positive weight")
+    # least demand per unit of weight first: once one is not sated, no later one is
+    wanting.sort(key=lambda tenant: (demand[tenant] / weights[tenant], tenant))
+    left, weight_left = float(capacity), sum(weights[tenant] for tenant in wanting)
+    for tenant in wanting:
+        served[tenant] = min(float(demand[tenant]), left * weights[tenant] / weight_left)
+        left = max(0.0, left - served[tenant])
+        weight_left -= weights[tenant]
+    return served
+
+
+def min_max_ratio(
+    served: Mapping[str, float], weights: Mapping[str, float], demand: Mapping[str, float] | None = None
+) -> float:
+    """Pisces' min-max ratio: the least ``served/weight`` over the greatest (1.0 is perfectly fair).
+    With ``demand``, tenants served all they asked for are left out: getting less than the
+    others because one wants less is not unfair. 1.0 when fewer than two tenants remain."""
+    normalised = [
+        served[tenant] / weights[tenant]
+        for tenant in served
+        if demand is None or served[tenant] < demand.get(tenant, 0.0) * (1 - EPSILON)
+    ]
+    if len(normalised) < 2 or max(normalised) <= 0:
+        return 1.0
+    return min(normalised) / max(normalised)
+
+
+def split(total: float, demand: Mapping[str, float], *, floor: float = 0.05) -> dict[str, float]:
+    """``total`` divided among the keys of ``demand`` (nodes, or a node's workers): each at least
+    ``floor * total / len(demand)`` (so a node whose demand appears has room to show it), the rest
+    max-min fair by demand, and what nobody wants shared equally; the parts sum to ``total``."""
+    if not 0 <= floor <= 1:
+        raise ValueError("floor must be within [0, 1]")
+    if total < 0:
+        raise ValueError("total must be >= 0")
+    if not demand:
+        return {}
+    base = floor * total / len(demand)
+    wanted = {key: max(0.0, float(value) - base) for key, value in demand.items()}
+    above = service(total - base * len(demand), wanted, {key: 1.0 for key in demand})
+    unwanted = max(0.0, total - base * len(demand) - sum(above.values())) / len(demand)
+    return {key: base + above[key] + unwanted for key in demand}
+
+
+def allocate(
+    global_weights: Mapping[str, float],
+    demand: Mapping[str, Mapping[str, float]],
+    current: Weights,
+    capacity: Mapping[str, float],
+    *,
+    step: float = 0.25,
+    floor: float = 0.01,
+) -> dict[str, dict[str, float]]:
+    """New local weights (node -> tenant -> weight) for every node in ``demand``, one bounded
+    round of reciprocal swaps toward every tenant being served its weighted max-min share of the
+    reporting nodes' total capacity, as if the cluster were one node.
+
+    - ``demand``: node -> tenant -> demand, in the units of ``capacity[node]``; a node absent from
+      it (it missed the round) is neither planned with nor returned: it keeps its last weights.
+    - ``current``: node -> tenant -> local weight now; a missing entry starts at the tenant's
+      global weight. Tenants not in ``global_weights`` are dropped; demand from one is an error.
+    - Every returned node has every tenant of ``global_weights``. Each swap keeps node sums and
+      tenant sums (over the returned nodes); no weight is taken below ``floor`` times its tenant's
+      global weight; no weight moves more than ``step`` times its tenant's global weight per call;
+      a swap is made only if it brings the tenants' served/share ratios closer to 1 (stable: a
+      fair allocation comes back unchanged).
+    """
+    for name, weight in global_weights.items():
+        if not weight > 0:
+            raise ValueError(f"tenant {name!r} needs a positive global weight")
+    plan = _Plan(global_weights, demand, current, capacity, step, floor)
+    for _ in range(len(global_weights) * len(demand)):
+        if not plan.swap_once():
+            break
+    return plan.weights
+
+
+@dataclass(frozen=True, slots=True)
+class _Swap:
+    """``taker`` gets ``amount`` of ``giver``'s weight on ``gain_node`` and gives it back on
+    ``give_node``."""
+
+    taker: str
+    giver: str
+    gain_node: str
+    give_node: str
+    amount: float
+
+
+class _Plan:
+    """One call's working state: the weights so far, what they serve, how much each may still move."""
+
+    def __init__(
+        self,
+        global_weights: Mapping[str, float],
+        demand: Mapping[str, Mapping[str, float]],
+        current: Weights,
+        capacity: Mapping[str, float],
+        step: float,
+        floor: float,
+    ) -> None:
+        self.global_weights = global_weights
+        self.demand = {node: _known(wants, global_weights, node) for node, wants in demand.items()}
+        self.capacity = {node: float(capacity[node]) for node in demand}
+        self.weights = {
+            node: {tenant: float(current.get(node, {}).get(tenant, weight)) for tenant, weight in global_weights.items()}
+            for node in demand
+        }
+        for node, weights in self.weights.items():
+            if any(not weight > 0 for weight in weights.values()):
+                raise ValueError(f"node {node!r} has a local weight <= 0")
+        self.floor = {tenant: floor * weight for tenant, weight in global_weights.items()}
+        self.budget = {(node, tenant): step * global_weights[tenant] for node in demand for tenant in global_weights}
+        totals = {tenant: sum(wants.get(tenant, 0.0) for wants in self.demand.values()) for tenant in global_weights}
+        self.target = service(sum(self.capacity.values()), totals, global_weights)
+        self.served = {node: self._serve(node, self.weights[node]) for node in demand}
+
+    def _serve(self, node: str, weights: Mapping[str, float]) -> dict[str, float]:
+        return service(self.capacity[node], self.demand[node], weights)
+
+    def ratios(self, served: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+        """Served over fair share, per tenant with a share."""
+        return {
+            tenant: sum(by_tenant.get(tenant, 0.0) for by_tenant in served.values()) / share
+            for tenant, share in self.target.items()
+            if share > EPSILON
+        }
+
+    def swap_once(self) -> bool:
+        """Make the best swap there is; False when none helps."""
+        ratios = self.ratios(self.served)
+        best, best_spread = None, _spread(ratios)
+        for swap in self._candidates(ratios):
+            spread = _spread(self.ratios(self._served_after(swap)))
+            if spread < best_spread - EPSILON * max(1.0, best_spread):
+                best, best_spread = swap, spread
+        if best is None:
+            return False
+        self._apply(best)
+        return True
+
+    def _candidates(self, ratios: Mapping[str, float]) -> Iterable[_Swap]:
+        ordered = sorted(ratios, key=lambda tenant: (ratios[tenant], tenant))
+        for taker in ordered[:CANDIDATES]:
+            for giver in reversed(ordered[-CANDIDATES:]):
+                if ratios[giver] <= ratios[taker] + EPSILON:
+                    continue
+                for gain_node in self.weights:
+                    if self.demand[gain_node].get(taker, 0.0) <= self.served[gain_node].get(taker, 0.0) * (1 + EPSILON):
+                        continue  # the taker has all it wants there: more weight would not serve it
+                    for give_node in self.weights:
+                        if give_node != gain_node:
+                            yield from self._sizes(taker, giver, gain_node, give_node)
+
+    def _sizes(self, taker: str, giver: str, gain_node: str, give_node: str) -> Iterable[_Swap]:
+        largest = min(
+            self.weights[gain_node][giver] - self.floor[giver],
+            self.weights[give_node][taker] - self.floor[taker],
+            self.budget[gain_node, taker],
+            self.budget[gain_node, giver],
+            self.budget[give_node, taker],
+            self.budget[give_node, giver],
+        )
+        if largest > EPSILON * min(self.global_weights[taker], self.global_weights[giver]):
+            for fraction in SWAP_FRACTIONS:
+                yield _Swap(taker, giver, gain_node, give_node, largest * fraction)
+
+    def _moved(self, swap: _Swap) -> dict[str, dict[str, float]]:
+        """The weights of the swap's two nodes after it."""
+        gain = dict(self.weights[swap.gain_node])
+        give = dict(self.weights[swap.give_node])
+        gain[swap.taker] += swap.amount
+        gain[swap.giver] -= swap.amount
+        give[swap.taker] -= swap.amount
+        give[swap.giver] += swap.amount
+        return {swap.gain_node: gain, swap.give_node: give}
+
+    def _served_after(self, swap: _Swap) -> dict[str, dict[str, float]]:
+        served = dict(self.served)
+        for node, weights in self._moved(swap).items():
+            served[node] = self._serve(node, weights)
+        return served
+
+    def _apply(self, swap: _Swap) -> None:
+        for node, weights in self._moved(swap).items():
+            self.weights[node] = weights
+            self.served[node] = self._serve(node, weights)
+            for tenant in (swap.taker, swap.giver):
+                self.budget[node, tenant] -= swap.amount
+
+
+def _known(wants: Mapping[str, float], global_weights: Mapping[str, float], node: str) -> dict[str, float]:
+    strangers = set(wants) - set(global_weights)
+    if strangers:
+        raise ValueError(f"node {node!r} reports demand from tenants without a global weight: {sorted(strangers)}")
+    return {tenant: float(wanted) for tenant, wanted in wants.items()}
+
+
+def _spread(ratios: Mapping[str, float]) -> float:
+    """How far the tenants are from their fair shares, each counted alike whatever its weight."""
+    return sum((ratio - 1.0) ** 2 for ratio in ratios.values())
