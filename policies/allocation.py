@@ -32,6 +32,8 @@ EPSILON = 1e-9
 SWAP_FRACTIONS = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125)
 # Pairs tried per swap: the most under-served tenants against the most over-served ones.
 CANDIDATES = 4
+# Swaps per call at most (tenants x nodes below this): bounds a call's time on large clusters.
+MAX_SWAPS = 64
 
 
 def service(capacity: float, demand: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
@@ -114,7 +116,7 @@ def allocate(
         if not weight > 0:
             raise ValueError(f"tenant {name!r} needs a positive global weight")
     plan = _Plan(global_weights, demand, current, capacity, step, floor)
-    for _ in range(len(global_weights) * len(demand)):
+    for _ in range(min(MAX_SWAPS, len(global_weights) * len(demand))):
         if not plan.swap_once():
             break
     return plan.weights
@@ -163,20 +165,21 @@ class _Plan:
     def _serve(self, node: str, weights: Mapping[str, float]) -> dict[str, float]:
         return service(self.capacity[node], self.demand[node], weights)
 
-    def ratios(self, served: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    def ratios(self, totals: Mapping[str, float]) -> dict[str, float]:
         """Served over fair share, per tenant with a share."""
-        return {
-            tenant: sum(by_tenant.get(tenant, 0.0) for by_tenant in served.values()) / share
-            for tenant, share in self.target.items()
-            if share > EPSILON
-        }
+        return {tenant: totals[tenant] / share for tenant, share in self.target.items() if share > EPSILON}
+
+    def totals(self) -> dict[str, float]:
+        """What each tenant is served, summed over the nodes."""
+        return {tenant: sum(by_tenant.get(tenant, 0.0) for by_tenant in self.served.values()) for tenant in self.target}
 
     def swap_once(self) -> bool:
         """Make the best swap there is; False when none helps."""
-        ratios = self.ratios(self.served)
+        totals = self.totals()
+        ratios = self.ratios(totals)
         best, best_spread = None, _spread(ratios)
         for swap in self._candidates(ratios):
-            spread = _spread(self.ratios(self._served_after(swap)))
+            spread = _spread(self.ratios(self._totals_after(swap, totals)))
             if spread < best_spread - EPSILON * max(1.0, best_spread):
                 best, best_spread = swap, spread
         if best is None:
@@ -220,11 +223,12 @@ class _Plan:
         give[swap.giver] += swap.amount
         return {swap.gain_node: gain, swap.give_node: give}
 
-    def _served_after(self, swap: _Swap) -> dict[str, dict[str, float]]:
-        served = dict(self.served)
+    def _totals_after(self, swap: _Swap, totals: Mapping[str, float]) -> dict[str, float]:
+        after = dict(totals)
         for node, weights in self._moved(swap).items():
-            served[node] = self._serve(node, weights)
-        return served
+            for tenant, served in self._serve(node, weights).items():
+                after[tenant] += served - self.served[node][tenant]
+        return after
 
     def _apply(self, swap: _Swap) -> None:
         for node, weights in self._moved(swap).items():
