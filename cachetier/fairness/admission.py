@@ -10,7 +10,9 @@ fetch is charged to, once, is the caller's business (the lake boundary's), not t
   an empty loop, min of 5, 2-core dev VM): 0.9 us on an unlimited resource, 1.1 us on a finite
   one, 1.4 us with a tenant limit too; 3-6 us while the machine ran at load 7.
 - Queued: the task awaits a future; one timer (``loop.call_at``) at the policy's ``wake_at``
-  runs ``decide`` and resolves the granted items' futures. A cancelled waiter's item is
+  (plus ``timer_slack``) runs ``decide`` and resolves the granted items' futures. The slack
+  batches a saturated lane: 1 ms late, 10k requests/s are decided ~1000 times a second, in
+  batches of ~10, rather than 10k times one by one. A cancelled waiter's item is
   cancelled in the policy, so it holds no place in the queue.
 - Refused (the tenant's queue is at its bound): ``QueueFull``, an S3 ``503 SlowDown``.
 
@@ -89,9 +91,13 @@ class _Waiter:
 class Fairness:
     """One process's admission: a FairQueue, the tasks waiting on it and the timer that drives it."""
 
-    def __init__(self, queue: FairQueue, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, queue: FairQueue, *, clock: Callable[[], float] = time.monotonic, timer_slack: float = 0.001
+    ) -> None:
         self._queue = queue
         self._clock = clock
+        self._slack = timer_slack
+        queue.take_window(clock())  # the first demand window starts now
         self._waiters: dict[int, _Waiter] = {}
         self._delays: dict[str, _Histogram] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -195,7 +201,8 @@ class Fairness:
             return
         self.close()
         self._timer_at = wake_at
-        self._timer = self._loop.call_at(self._loop.time() + max(0.0, wake_at - now), self._on_timer)
+        delay = max(0.0, wake_at - now) + self._slack
+        self._timer = self._loop.call_at(self._loop.time() + delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer, self._timer_at = None, math.inf

@@ -169,3 +169,33 @@ def test_quantile_interpolates_within_the_bucket_like_prometheus() -> None:
     assert quantile(((1.0, 0), (2.0, 100), (math.inf, 100)), 0.99) == pytest.approx(1.99)
     assert quantile(((1.0, 0), (2.0, 0), (math.inf, 10)), 0.99) == 2.0
 
+
+
+def test_the_timer_is_set_for_the_policys_wake_time_plus_the_slack() -> None:
+    async def test() -> None:
+        loop = asyncio.get_running_loop()
+        clock = FakeClock()
+        admission = Fairness(FairQueue({"requests": 1.0}, burst=0.0), clock=clock, timer_slack=0.25)
+        await admission.acquire("a", "requests", 1.0)  # in debt for 1 s
+        before = loop.time()
+        waiting = asyncio.create_task(admission.acquire("a", "requests", 1.0))
+        await asyncio.sleep(0)
+        after = loop.time()
+        assert admission._timer is not None
+        assert before + 1.25 <= admission._timer.when() <= after + 1.25
+        waiting.cancel()
+        await settle()
+        assert admission._timer is None
+
+    asyncio.run(test())
+
+
+def test_the_first_demand_window_starts_with_the_admission() -> None:
+    admission, clock = fairness({})  # made at 100.0 on its clock
+    step = admission.acquire("a", "requests", 1.0)
+    with pytest.raises(StopIteration):
+        step.send(None)
+    clock.now += 5.0
+    assert admission.take_window()["a"].seconds == 5.0  # not 105: the window began with it
+    clock.now += 3.0
+    assert admission.take_window()["a"].seconds == 3.0
