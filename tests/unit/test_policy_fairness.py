@@ -105,6 +105,19 @@ def test_backlogged_tenants_get_their_weighted_shares_within_two_percent() -> No
         assert sim.rate(tenant, BYTES, 60.0) / total == pytest.approx(weight / 7, rel=0.02)
 
 
+def test_new_weights_take_effect_on_a_running_queue() -> None:
+    capacity = 10 * MiB
+    sim = Simulation(FairQueue({BYTES: capacity}))
+    backlogged(sim, {t: lambda: float(256 * KiB) for t in "ab"}, BYTES)
+    sim.run(until=10.0)
+    assert sim.served["a", BYTES] == pytest.approx(sim.served["b", BYTES], rel=0.02)
+    before = {t: sim.served[t, BYTES] for t in "ab"}
+    sim.queue.set_weights({"a": 3.0})
+    sim.run(until=30.0)
+    gained = {t: sim.served[t, BYTES] - before[t] for t in "ab"}
+    assert gained["a"] / (gained["a"] + gained["b"]) == pytest.approx(0.75, rel=0.02)
+
+
 def test_request_bound_and_bandwidth_bound_tenants_each_get_their_own_bottleneck() -> None:
     # "small" sends many 4 KiB GETs, "scan" few 64 MiB GETs, 16 at a time each: a request item,
     # then the response's bytes in 4 MiB chunks, then the next request.
@@ -273,7 +286,7 @@ items = st.lists(
     weights=st.dictionaries(st.sampled_from("abc"), st.floats(0.1, 10.0)),
     capped=st.booleans(),
 )
-def test_never_more_than_capacity_and_every_item_granted_in_the_end(
+def test_never_more_than_capacity_or_limit_and_every_item_granted_in_the_end(
     work: list[tuple[str, str, float, float]], weights: dict[str, float], capped: bool
 ) -> None:
     capacity, burst = {"requests": 20.0, BYTES: 100.0, "lake_bytes": 50.0}, 0.05
@@ -282,19 +295,27 @@ def test_never_more_than_capacity_and_every_item_granted_in_the_end(
     if capped:
         queue.set_limits({"a": {r: 10.0 for r in RESOURCES}}, 0.0)
     now, queued, served, biggest = 0.0, set(), dict.fromkeys(RESOURCES, 0.0), dict.fromkeys(RESOURCES, 0.0)
-    amounts: dict[int, tuple[str, float]] = {}
+    amounts: dict[int, tuple[str, str, float]] = {}
     wake: float | None = None
+
+    capped_served = dict.fromkeys(RESOURCES, 0.0)
 
     def check(at: float) -> None:
         for r in RESOURCES:
             assert served[r] <= capacity[r] * (at + burst) + biggest[r] + 1e-6
+            if capped:  # and tenant a within its own limit of 10/s
+                assert capped_served[r] <= 10.0 * (at + burst) + biggest[r] + 1e-6
+
+    def count(tenant: str, resource: str, amount: float) -> None:
+        served[resource] += amount
+        if tenant == "a":
+            capped_served[resource] += amount
 
     def decide(at: float) -> float | None:
         decision = queue.decide(at)
         for item in decision.granted:
             queued.remove(item)
-            resource, amount = amounts[item]
-            served[resource] += amount
+            count(*amounts[item])
         check(at)
         return decision.wake_at
 
@@ -305,11 +326,11 @@ def test_never_more_than_capacity_and_every_item_granted_in_the_end(
         biggest[resource] = max(biggest[resource], amount)
         sent = queue.submit(tenant, resource, amount, now)
         if sent.granted:
-            served[resource] += amount
+            count(tenant, resource, amount)
         else:
             assert sent.item is not None
             queued.add(sent.item)
-            amounts[sent.item] = (resource, amount)
+            amounts[sent.item] = (tenant, resource, amount)
         wake = decide(now)
     for _ in range(100_000):
         if wake is None:
