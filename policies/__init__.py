@@ -16,6 +16,8 @@ decision types:
 - ``tiering``: which tier (L1 or L2) keeps a fetched block.
 - ``readahead``: the blocks fetched ahead of a reader, past its range when it is sequential.
 - ``admission``: which objects the cache takes in by size (reads, write-through PUTs).
+- ``fairness``: which tenant's queued work a node serves next (weighted DRR per resource:
+  requests, client bytes, lake bytes; node token buckets; optional per-tenant hard limits).
 - ``retry``: whether a lake request is sent again and after how long (jittered backoff; the
   caller draws the random number and sleeps).
 """

@@ -1,3 +1,5 @@
-"""Fairness at run time (Pisces FQ): per-tenant queues and token accounting on a node. The
-decisions (DRR order, weights) will live in ``policies/fairness.py``; the gateway's admission drives
-this package. Empty until the fairness issue."""
+"""Fairness at run time (Pisces FQ): per-tenant admission on a node. The decisions (DRR order per
+resource, node capacity, hard limits) are ``policies.fairness``; ``admission.Fairness`` makes
+tasks wait for them, and the gateway's admission, response sending and lake boundary drive it.
+A queue past its bound raises ``admission.QueueFull``, an S3 503 SlowDown. May import
+``cachetier.errors`` and ``policies``."""
