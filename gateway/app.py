@@ -103,6 +103,11 @@ class LakegateApp:
                 raise HTTPException(404, "this node is not in a cluster")
             return self.node.cluster.snapshot()
 
+        @api.get("/_lakegate/admin/tenants")
+        async def tenants() -> dict[str, object]:
+            """Per tenant: weight, requests, bytes sent, lake bytes, queue delay, share, cache bytes."""
+            return self.node.tenants_report()
+
         @api.get("/_lakegate/admin/locate")
         async def locate(bucket: str, key: str, index: int = 0, etag: str | None = None) -> dict[str, object]:
             """Which nodes own block ``index`` of ``bucket/key`` (any version), and whether this

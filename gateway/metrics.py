@@ -75,3 +75,42 @@ class ClusterCollector(Collector):
         yield info
         yield GaugeMetricFamily("lakegate_cluster_partitions_owned", "partitions this node is primary for",
                                 value=report.partitions_owned)
+
+
+# per-tenant figures of /_lakegate/admin/tenants: (field, metric, kind, help)
+TENANT_METRICS = (
+    ("requests", "lakegate_tenant_requests", "counter", "requests admitted"),
+    ("bytes_sent", "lakegate_tenant_bytes_sent", "counter", "bytes sent to clients and peers"),
+    ("lake_bytes", "lakegate_tenant_lake_bytes", "counter", "bytes read from the lake for the tenant"),
+    ("slowdowns", "lakegate_tenant_slowdowns", "counter", "requests refused with 503 SlowDown (queue bound)"),
+    ("queue_length", "lakegate_tenant_queue_length", "gauge", "requests waiting for admission now"),
+    ("queue_delay_p99_s", "lakegate_tenant_queue_delay_p99_seconds", "gauge", "admission delay, 99th percentile"),
+    ("weight", "lakegate_tenant_weight", "gauge", "the tenant's weight (tenants file)"),
+    ("local_weight", "lakegate_tenant_local_weight", "gauge", "the tenant's weight on this node (weight allocation)"),
+    ("share", "lakegate_tenant_share", "gauge", "the tenant's share of what this node served, last seconds"),
+    ("weighted_share", "lakegate_tenant_weighted_share", "gauge", "the share its weight entitles it to"),
+    ("cache_bytes", "lakegate_tenant_cache_bytes", "gauge", "cache bytes the tenant holds (shared blocks split)"),
+    ("cache_fair_bytes", "lakegate_tenant_cache_fair_bytes", "gauge", "its weighted share of the cache"),
+)
+
+
+class FairnessCollector(Collector):
+    """Tenant fairness per tenant on this node; ``report`` answers it (``Node.tenants_report``)."""
+
+    def __init__(self, report: Callable[[], Mapping[str, object]]) -> None:
+        self.report = report
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        report = self.report()
+        tenants = report.get("tenants")
+        rows = tenants if isinstance(tenants, dict) else {}
+        for field, name, kind, help_text in TENANT_METRICS:
+            family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            family = family_type(name, help_text, labels=["tenant"])
+            for tenant, row in rows.items():
+                family.add_metric([tenant], float(row.get(field, 0)))
+            yield family
+        mmr = report.get("min_max_ratio")
+        if isinstance(mmr, (int, float)):
+            yield GaugeMetricFamily("lakegate_fairness_min_max_ratio",
+                                    "min over max of the active tenants' share/weight on this node", value=mmr)

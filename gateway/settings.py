@@ -34,11 +34,47 @@ from cachetier.lake.s3.config import S3LakeConfig
 from cachetier.read.config import ReadConfig
 from gateway.admin import AdminConfig
 from gateway.httplimits import HttpLimits
+from gateway.rates import parse_rate
 from gateway.s3.config import FrontendConfig
 
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 _SECRET_FIELDS = frozenset({"cluster_secret", "lake_secret_key", "admin_secret_key"})  # never echoed in an error
 _MIN_SECRET = 16  # characters of the cluster secret, the admin secret and the admin token
+
+
+FAIRNESS_MODES = ("all", "off", "fq", "fq+pp", "fq+pp+wa")  # LAKEGATE_FAIRNESS: the Pisces ablation
+
+
+@dataclasses.dataclass(frozen=True)
+class FairnessSettings:
+    """Tenant fairness (Pisces): which mechanisms run, and each node's capacity per resource
+    (units a second; None: not limited, so not scheduled)."""
+
+    mode: str = "all"  # all = fq + pp + wa + tenant-fair cache occupancy
+    lake_bandwidth: float | None = None  # bytes/s the whole cluster may pull from the lake
+    request_rate: float | None = None  # requests/s one node admits
+    send_rate: float | None = None  # bytes/s one node sends; None: its interface's speed (gateway.fairwiring)
+    tenant_queue: int = 64  # requests queued per tenant on a node past which: 503 SlowDown
+    allocation_interval: float = 2.0  # seconds between the leader's weight allocations (WA)
+    placement_interval: float = 120.0  # seconds between the leader's partition placements (PP)
+    placement_moves: int = 8  # partitions moved at most per placement round
+
+    @property
+    def fq(self) -> bool:
+        return self.mode != "off"
+
+    @property
+    def pp(self) -> bool:
+        return self.mode in ("fq+pp", "fq+pp+wa", "all")
+
+    @property
+    def wa(self) -> bool:
+        return self.mode in ("fq+pp+wa", "all")
+
+    @property
+    def occupancy(self) -> bool:
+        """Tenant-fair eviction in the block stores."""
+        return self.mode == "all"
 
 
 class SettingsError(ValueError):
@@ -109,6 +145,28 @@ class Environment(BaseSettings):
     admin_secret_key_file: Path | None = None
     admin_token_file: Path | None = None
     metrics_auth: bool = AdminConfig.metrics_auth
+    # tenant fairness (Pisces): which mechanisms, and the resources they share
+    fairness: str = FairnessSettings.mode
+    lake_bandwidth: str = ""  # bytes/s the whole cluster may pull from the lake; empty: unlimited
+    node_request_rate: float = Field(0.0, ge=0)  # requests/s this node admits; 0: not limited
+    node_send_rate: str = "0"  # bytes/s this node sends to clients; 0: its network interface's speed
+    tenant_queue: int = Field(FairnessSettings.tenant_queue, ge=1, le=1 << 20)
+    allocation_interval: float = Field(FairnessSettings.allocation_interval, gt=0)
+    placement_interval: float = Field(FairnessSettings.placement_interval, gt=0)
+    placement_moves: int = Field(FairnessSettings.placement_moves, ge=0, le=1 << 16)
+
+    @field_validator("fairness")
+    @classmethod
+    def _fairness(cls, v: str) -> str:
+        if v.lower() not in FAIRNESS_MODES:
+            raise ValueError(f"fairness must be one of {', '.join(FAIRNESS_MODES)}, got {v!r}")
+        return v.lower()
+
+    @field_validator("lake_bandwidth", "node_send_rate")
+    @classmethod
+    def _rate(cls, v: str) -> str:
+        parse_rate(v)
+        return v
 
     @field_validator("tls_cert", "tls_key", "peer_ca_file", "admin_secret_key_file", "admin_token_file", mode="before")
     @classmethod
@@ -259,13 +317,14 @@ class ClusterSettings:
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """A node's settings, nested by part. Room for the coming mechanisms' own value objects
-    (fairness, sizing, write-back) next to these."""
+    (sizing, write-back) next to these."""
 
     server: ServerSettings
     lake: LakeSettings
     cache: CacheSettings
     cluster: ClusterSettings | None
     admin: AdminConfig = AdminConfig()
+    fairness: FairnessSettings = FairnessSettings()
 
     @classmethod
     def load(cls, **overrides: object) -> Settings:
@@ -279,7 +338,8 @@ class Settings:
     @classmethod
     def from_environment(cls, env: Environment) -> Settings:
         _cross_checks(env)
-        return cls(server=_server(env), lake=_lake(env), cache=_cache(env), cluster=_cluster(env), admin=_admin(env))
+        return cls(server=_server(env), lake=_lake(env), cache=_cache(env), cluster=_cluster(env), admin=_admin(env),
+                   fairness=_fairness(env))
 
 
 def _problem(error: object) -> str:
@@ -413,6 +473,19 @@ def _cluster(env: Environment) -> ClusterSettings | None:
         membership=_membership(env),
         peer_ca_file=env.peer_ca_file,
         peer_timeout=env.lake_timeout,
+    )
+
+
+def _fairness(env: Environment) -> FairnessSettings:
+    return FairnessSettings(
+        mode=env.fairness,
+        lake_bandwidth=parse_rate(env.lake_bandwidth),
+        request_rate=env.node_request_rate or None,
+        send_rate=parse_rate(env.node_send_rate),
+        tenant_queue=env.tenant_queue,
+        allocation_interval=env.allocation_interval,
+        placement_interval=env.placement_interval,
+        placement_moves=env.placement_moves,
     )
 
 

@@ -6,9 +6,14 @@ The tenants file is TOML, one table per tenant::
     name = "analytics"
     access_key = "AKIDANALYTICS0000001"
     secret_key = "..."
-    weight = 2.0                 # share of the node (default 1.0)
+    weight = 2.0                 # share of the cluster's resources (default 1.0)
     buckets = ["lake-*", "tmp"]  # allowed bucket names or globs (default: all)
     demo = false                 # true: `lakegate serve` prints this tenant's secret at start
+    max_request_rate = 500       # optional hard cap, requests/s over the whole cluster
+    max_lake_bandwidth = "20MB/s"  # optional hard cap on what it pulls from the lake, cluster-wide
+
+Weights are shares, used only when resources are scarce (work conserving); the two caps are
+limits that hold even on an idle cluster, for operators who need them on top of shares.
 
 The gateway talks to the lake with its own credentials; tenants never see them.
 """
@@ -19,6 +24,8 @@ import fnmatch
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from gateway.rates import parse_rate
 
 
 class TenantsFileError(ValueError):
@@ -34,6 +41,13 @@ class Tenant:
     buckets: tuple[str, ...] = ("*",)
     demo: bool = False
     anonymous: bool = False  # the front end's reader of public buckets, never from the file
+    max_request_rate: float | None = None  # requests/s, cluster-wide (None: no cap)
+    max_lake_bandwidth: float | None = None  # bytes/s from the lake, cluster-wide (None: no cap)
+
+    def limits(self) -> dict[str, float]:
+        """Its hard caps by fairness resource (policies.fairness), cluster-wide."""
+        caps = {"requests": self.max_request_rate, "lake_bytes": self.max_lake_bandwidth}
+        return {resource: cap for resource, cap in caps.items() if cap is not None}
 
     def may_use(self, bucket: str) -> bool:
         for pattern in self.buckets:  # a loop, not any(generator): this runs on every request
@@ -81,7 +95,8 @@ def _parse(path: Path, index: int, row: object) -> Tenant:
     where = f"{path}: tenant #{index + 1}"
     if not isinstance(row, dict):
         raise TenantsFileError(f"{where}: not a table")
-    unknown = set(row) - {"name", "access_key", "secret_key", "weight", "buckets", "demo"}
+    unknown = set(row) - {"name", "access_key", "secret_key", "weight", "buckets", "demo",
+                          "max_request_rate", "max_lake_bandwidth"}
     if unknown:
         raise TenantsFileError(f"{where}: unknown keys {sorted(unknown)}")
     for key in ("name", "access_key", "secret_key"):
@@ -93,6 +108,17 @@ def _parse(path: Path, index: int, row: object) -> Tenant:
     buckets = row.get("buckets", ["*"])
     if not isinstance(buckets, list) or not buckets or not all(isinstance(b, str) and b for b in buckets):
         raise TenantsFileError(f"{where}: buckets must be a non-empty list of names or globs")
+    request_rate = row.get("max_request_rate")
+    if request_rate is not None and (
+        not isinstance(request_rate, (int, float)) or isinstance(request_rate, bool) or not 0 < request_rate < 1e12
+    ):
+        raise TenantsFileError(f"{where}: max_request_rate must be a positive number of requests a second")
+    try:
+        lake_bandwidth = parse_rate(row["max_lake_bandwidth"]) if "max_lake_bandwidth" in row else None
+    except ValueError as exc:
+        raise TenantsFileError(f"{where}: max_lake_bandwidth: {exc}") from None
+    if "max_lake_bandwidth" in row and lake_bandwidth is None:
+        raise TenantsFileError(f"{where}: max_lake_bandwidth must be above 0 (leave it out for no cap)")
     return Tenant(
         name=row["name"],
         access_key=row["access_key"],
@@ -100,4 +126,6 @@ def _parse(path: Path, index: int, row: object) -> Tenant:
         weight=float(weight),
         buckets=tuple(buckets),
         demo=bool(row.get("demo", False)),
+        max_request_rate=float(request_rate) if request_rate is not None else None,
+        max_lake_bandwidth=lake_bandwidth,
     )

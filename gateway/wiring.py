@@ -39,8 +39,10 @@ from cachetier.read.generations import Generations
 from cachetier.read.path import ReadPath
 from cachetier.telemetry.counters import CacheStats
 from cachetier.telemetry.snapshots import CacheSnapshot
+from cachetier.fairness.lake import metered
+from gateway.admission import NodeFairness
 from gateway.loops.membership import heartbeat_loop, host_load
-from gateway.metrics import CacheCollector, ClusterCollector
+from gateway.metrics import CacheCollector, ClusterCollector, FairnessCollector
 from gateway.peerapi import PeerAPI
 from gateway.workerstats import WorkerBoard, node_cache, node_counters
 from gateway.s3.frontend import S3Frontend
@@ -81,11 +83,14 @@ class Node:
     s3: S3Frontend
     peer_api: PeerAPI
     board: WorkerBoard | None = None  # with several workers: the others' counts
+    fairness: NodeFairness | None = None  # tenant fairness (None: LAKEGATE_FAIRNESS=off)
     registry: CollectorRegistry = dataclasses.field(init=False)  # /metrics: the node's counts
 
     def __post_init__(self) -> None:
         registry = CollectorRegistry(auto_describe=True)
         registry.register(CacheCollector(self.cache_snapshot))
+        if self.fairness is not None:
+            registry.register(FairnessCollector(self.tenants_report))
         if self.cluster is not None:
             registry.register(ClusterCollector(self.cluster, self.cluster_counters))
         object.__setattr__(self, "registry", registry)
@@ -97,6 +102,25 @@ class Node:
         own = self.cache.snapshot()
         return own if self.board is None else node_cache(own, self.board.others())
 
+    def others(self, part: str) -> list[dict[str, object]]:
+        """The other workers' last published ``part`` (none with one worker)."""
+        if self.board is None:
+            return []
+        return [doc[part] for doc in self.board.others() if isinstance(doc.get(part), dict)]  # type: ignore[misc]
+
+    def tenants_report(self) -> dict[str, object]:
+        """``/_lakegate/admin/tenants``: the node's fairness per tenant (all workers)."""
+        if self.fairness is None:
+            return {"mode": "off", "tenants": {}}
+        held: dict[str, int] = {}
+        capacity = 0
+        if self.cache is not None:
+            for store in self.cache.tiers().values():
+                capacity += store.capacity
+                for tenant, size in held_bytes(store).items():
+                    held[tenant] = held.get(tenant, 0) + size
+        return self.fairness.tenants_json(self.others("fairness"), held, capacity)
+
     def cluster_counters(self) -> dict[str, int]:
         if self.cluster is None:
             return {}
@@ -107,7 +131,9 @@ class Node:
         """This worker's own counts, for the node's other workers to add (``board``)."""
         if self.board is not None:
             own_cache = self.cache.snapshot() if self.cache is not None else None
-            self.board.publish(own_cache, self.cluster.counter_values() if self.cluster is not None else None)
+            fairness = self.fairness.published() if self.fairness is not None else None
+            self.board.publish(own_cache, self.cluster.counter_values() if self.cluster is not None else None,
+                               fairness=fairness)
 
     def stats(self) -> NodeStats:
         cluster = None
@@ -231,6 +257,23 @@ def _publish(node: Node) -> None:
         log.warning("could not publish this worker's counts: %s", exc)
 
 
+async def fairness_loop(node: Node, fairness: NodeFairness, interval: float = 1.0) -> None:
+    """Every ``interval``: this worker's fairness window into its totals, and its part of the
+    node re-split by the workers' demand (``gateway.admission``)."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            fairness.tick(node.others("fairness") if node.board is not None else None)
+        except Exception:  # noqa: BLE001 - the loop must outlive one bad round
+            log.exception("fairness round failed")
+
+
+def held_bytes(store: BlockStore) -> dict[str, int]:
+    """Bytes of ``store`` each tenant holds (stores without tenant accounting: none)."""
+    held = getattr(store, "held_bytes", None)
+    return dict(held()) if held is not None else {}
+
+
 def _load(cache: CachedLake | None) -> Callable[[], dict[str, float]]:
     """What this node's heartbeats tell peers: the host's load and the cache's fill."""
 
@@ -249,6 +292,13 @@ async def running_node(
     async with contextlib.AsyncExitStack() as stack:
         if lake is None:
             lake = await open_lake(stack, settings.lake)
+        fairness = None
+        if settings.fairness.fq:
+            seeds = len(settings.cluster.seeds) if settings.cluster is not None else 0
+            fairness = NodeFairness(settings.fairness, tenants, workers=settings.server.workers, nodes=1 + seeds,
+                                    directory=shared.board.directory if shared is not None else None)
+            stack.callback(fairness.fairness.close)
+            lake = metered(lake, fairness.fairness.acquire)  # every lake read charged to its tenant
         counters = CacheStats()
         cache: CachedLake | None = None
         cluster: Cluster | None = None
@@ -264,9 +314,12 @@ async def running_node(
         if cluster is not None:
             start_task(stack, heartbeat_loop(cluster, load))
         served = cache if cache is not None else lake
-        s3 = S3Frontend(served, tenants, settings.server.frontend)
+        s3 = S3Frontend(served, tenants, settings.server.frontend,
+                        fairness=fairness.fairness if fairness is not None else None)
         node = Node(settings, tenants, served, cache, cluster, s3, peer_api,
-                    board=shared.board if shared is not None else None)
+                    board=shared.board if shared is not None else None, fairness=fairness)
+        if fairness is not None:
+            start_task(stack, fairness_loop(node, fairness))
         if node.board is not None:
             start_task(stack, publish_loop(node))
         yield node

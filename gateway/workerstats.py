@@ -7,8 +7,9 @@ back: a worker that died keeps its last file (its replacement has a new pid), an
 supervisor clears the folder when the node starts.
 
 What is added: per-tenant cache counters, the tiers' hits, misses, evictions and corrupt blocks,
-the cluster counters, and the cache-on-write bytes buffered now. Capacities and bytes used are
-the node's already (the tiers' space manager answers them).
+the cluster counters, the cache-on-write bytes buffered now, and each worker's fairness counts
+(``gateway.admission`` adds them). Capacities and bytes used are the node's already (the tiers'
+space manager answers them).
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ class WorkerBoard:
         self.pid = os.getpid() if pid is None else pid
         directory.mkdir(parents=True, exist_ok=True)
 
-    def publish(self, cache: CacheSnapshot | None, cluster: Mapping[str, int] | None) -> None:
+    def publish(self, cache: CacheSnapshot | None, cluster: Mapping[str, int] | None,
+                fairness: Mapping[str, object] | None = None) -> None:
         doc = {
+            "fairness": dict(fairness or {}),
             "per_tenant": cache.per_tenant if cache is not None else {},
             "tiers": {name: {f: getattr(t, f) for f in _TIER_COUNTS} for name, t in (cache.tiers if cache else {}).items()},
             "write_buffered_bytes": cache.write_buffered_bytes if cache is not None else 0,

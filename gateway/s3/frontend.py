@@ -7,6 +7,7 @@ this is the hot path of every request.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -18,6 +19,7 @@ from prometheus_client import Counter
 
 from cachetier import context
 from cachetier.errors import AccessDenied, InternalError, S3Error
+from cachetier.fairness.admission import Fairness
 from cachetier.lake import Lake
 from gateway.s3 import errors, sigv2, sigv4
 from gateway.s3.body import RequestBody
@@ -25,7 +27,7 @@ from gateway.s3.config import FrontendConfig
 from gateway.s3.handlers import HANDLERS
 from gateway.s3.handlers.common import Call
 from gateway.s3.request import S3Request, from_scope
-from gateway.s3.response import ZERO_COPY, Response, send
+from gateway.s3.response import ZERO_COPY, Charge, Response, send
 from gateway.s3.sigv4 import AuthContext, SignedRequest
 from gateway.tenants import Tenant, TenantDirectory
 
@@ -56,8 +58,10 @@ class S3Frontend:
         config: FrontendConfig = FrontendConfig(),
         *,
         clock: Callable[[], datetime] = utcnow,
+        fairness: Fairness | None = None,
     ) -> None:
         self.lake = lake
+        self.fairness = fairness  # admission and the bytes sent, in weighted fair order (None: off)
         self.tenants = tenants
         self.host_suffixes = config.host_suffixes
         self.anonymous_buckets = config.anonymous_buckets
@@ -75,6 +79,7 @@ class S3Frontend:
         # per (operation, status) and per (tenant, no-cache, zero-copy): as many as there are such
         self._counted: dict[tuple[str, int], Counter] = {}
         self._contexts: dict[tuple[str, bool, bool], context.RequestContext] = {}
+        self._charges: dict[str, Charge] = {}  # per tenant: its bytes sent, charged as they leave
 
     async def __call__(self, scope, receive, send_) -> None:  # type: ignore[no-untyped-def]
         if scope["type"] != "http":
@@ -96,8 +101,11 @@ class S3Frontend:
             resp.headers["Connection"] = "close"
         head = scope["method"] == "HEAD"
         sent = 0
+        charge = None
+        if self.fairness is not None and req is not None and req.tenant is not None:
+            charge = self._charge(req.tenant.name)
         try:
-            sent = await send(send_, resp, request_id, head)
+            sent = await send(send_, resp, request_id, head, charge)
         finally:
             op = req.operation if req is not None and req.operation else "Unknown"
             self._requests(op, resp.status).inc()
@@ -134,6 +142,8 @@ class S3Frontend:
         # a GET's hits as file regions, when the server sends files (gateway.httpserver)
         zero_copy = sends_files and req.operation == "GetObject"
         context.current.set(self._context(req.tenant.name, no_cache, zero_copy))
+        if self.fairness is not None:  # its turn among the tenants, or 503 SlowDown past its queue bound
+            await self.fairness.acquire(req.tenant.name, "requests", 1)
         body.authenticated(auth)
         return await HANDLERS[req.operation](Call(self.lake, req, body, req.tenant))
 
@@ -143,6 +153,13 @@ class S3Frontend:
         if child is None:
             child = self._counted[(operation, status)] = REQUESTS.labels(operation, str(status))
         return child
+
+    def _charge(self, tenant: str) -> Charge:
+        found = self._charges.get(tenant)
+        if found is None:
+            assert self.fairness is not None
+            found = self._charges[tenant] = functools.partial(self.fairness.acquire, tenant, "client_bytes")
+        return found
 
     def _context(self, tenant: str, no_cache: bool, zero_copy: bool) -> context.RequestContext:
         found = self._contexts.get((tenant, no_cache, zero_copy))

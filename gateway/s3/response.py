@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from email.utils import format_datetime
 from datetime import datetime
@@ -12,6 +13,10 @@ from cachetier.lake import FileRegion, ObjectStream
 # The ASGI zero-copy send extension (asgiref's spec), which gateway.httpserver implements: a
 # region of an open file sent as it is. A server that offers it names it in scope["extensions"].
 ZERO_COPY = "http.response.zerocopysend"
+
+# waits for the turn of n more bytes to leave (cachetier.fairness: the tenant's share of the
+# node's send rate), charged chunk by chunk so a large GET does not hold up small ones
+Charge = Callable[[int], Awaitable[None]]
 
 
 @functools.lru_cache(maxsize=4096)  # the same Last-Modified is formatted on every hit
@@ -32,9 +37,10 @@ class Response:
         return cls(status=status, headers={"Content-Type": "application/xml"}, body=body)
 
 
-async def send(send, resp: Response, request_id: str, head: bool) -> int:  # type: ignore[no-untyped-def]
+async def send(send, resp: Response, request_id: str, head: bool, charge: Charge | None = None) -> int:  # type: ignore[no-untyped-def]
     """Send ``resp``; returns body bytes sent. Once the first body byte is out, a failure can
-    only abort the connection (raised to the server), never turn into an error document."""
+    only abort the connection (raised to the server), never turn into an error document.
+    ``charge``: awaited before each body piece leaves, with its length."""
     length = resp.length
     if length is None:
         length = resp.stream.length if resp.stream is not None else len(resp.body)
@@ -49,6 +55,8 @@ async def send(send, resp: Response, request_id: str, head: bool) -> int:  # typ
         await send({"type": "http.response.body", "body": b""})
         return 0
     if resp.stream is None:
+        if charge is not None and resp.body:
+            await charge(len(resp.body))
         await send({"type": "http.response.body", "body": resp.body})
         return len(resp.body)
     sent = 0
@@ -56,12 +64,16 @@ async def send(send, resp: Response, request_id: str, head: bool) -> int:  # typ
         async for chunk in resp.stream.body:
             if isinstance(chunk, FileRegion):  # asked for by the request context (zero_copy)
                 try:
+                    if charge is not None:
+                        await charge(len(chunk))
                     sent += len(chunk)
                     await send({"type": ZERO_COPY, "file": chunk, "offset": chunk.offset, "count": len(chunk),
                                 "more_body": sent != length})
                 finally:
                     chunk.close()
             elif chunk:
+                if charge is not None:
+                    await charge(len(chunk))
                 sent += len(chunk)
                 # the chunk that completes Content-Length ends the response: one ASGI message
                 # (and server write path) less than an empty closing one; a byte past it fails

@@ -1,0 +1,53 @@
+"""The lake boundary of fairness: every byte read from the lake is charged to the tenant whose
+request caused the read (``cachetier.context``), as it arrives, on the node's ``lake_bytes``
+resource (Pisces' scarcest: the lake link). A block fetch that several readers joined (the read
+path's single flight) runs once, so it is charged once, to the tenant that started it; a block
+an owner fetches for a peer is charged on the owner, to the tenant the peer named.
+
+Charging a piece before the next is taken in is the throttle: a tenant past its share waits
+with the lake's response unread, so TCP's flow control slows that one transfer on the link and
+no bytes pile up in memory.
+
+``MeteredLake`` wraps a ``Lake``: ``get_object`` is metered, everything else is the lake's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, cast
+
+from cachetier.context import current
+from cachetier.lake import Lake, ObjectStream, Served
+
+Charge = Callable[[str, str, float], Awaitable[None]]  # (tenant, resource, amount)
+
+
+class MeteredLake:
+    """``lake`` with its reads charged through ``charge`` (``Fairness.acquire``)."""
+
+    def __init__(self, lake: Lake, charge: Charge) -> None:
+        self.lake = lake
+        self._charge = charge
+
+    async def get_object(self, *args: Any, **kwargs: Any) -> ObjectStream:
+        stream = await self.lake.get_object(*args, **kwargs)
+        tenant = current.get().tenant
+        return ObjectStream(stream.info, stream.content_range, self._metered(stream.body, tenant), stream.first_in)
+
+    async def _metered(self, body: Served, tenant: str) -> AsyncIterator[Any]:
+        try:
+            async for piece in body:
+                await self._charge(tenant, "lake_bytes", len(piece))
+                yield piece
+        finally:
+            aclose = getattr(body, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def __getattr__(self, name: str) -> Any:  # every other call is the lake's own
+        return getattr(self.lake, name)
+
+
+def metered(lake: Lake, charge: Charge) -> Lake:
+    """``lake`` metered (a ``Lake`` by delegation: mypy does not see ``__getattr__`` members)."""
+    return cast(Lake, MeteredLake(lake, charge))
