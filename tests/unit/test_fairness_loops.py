@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from doubles import B, Clock, memory_lake, nodes
+from doubles import B, Clock, RecordingFairness, memory_lake, nodes
 
 from cachetier.cluster import wire
 from cachetier.cluster.client import PeerClient, PeerUnavailable
@@ -32,33 +32,6 @@ SECRET = b"cluster-secret-0123456789"
 PARTITIONS = 16
 
 
-class Fairness:
-    """A node's fairness state as a ``FairnessPeer``: it reports what a test sets, and keeps what
-    it is sent."""
-
-    def __init__(self, node: str, cluster: Cluster) -> None:
-        self.node, self.cluster = node, cluster
-        self.wanted: dict[str, dict[str, float]] = {}
-        self.capacity = {"requests": 100.0, "client_bytes": 1000.0, "lake_bytes": 500.0}
-        self.weights: dict[str, float] = {"a": 1.0, "b": 1.0}
-        self.partitions: dict[int, dict[str, float]] = {}
-        self.updates: list[wire.WeightsUpdate] = []
-        self.tables: list[wire.PartitionsUpdate] = []
-        self.sequence = 0
-
-    async def report(self, request: wire.ReportsRequest) -> wire.DemandReport:
-        self.sequence += 1
-        return wire.DemandReport(self.node, self.sequence, request.window_s, {}, self.wanted, self.capacity,
-                                 self.weights, self.partitions, self.cluster.membership.ring.version)
-
-    async def apply_weights(self, update: wire.WeightsUpdate, sender: str) -> None:
-        self.updates.append(update)
-        self.weights = dict(update.weights)
-
-    async def apply_partitions(self, update: wire.PartitionsUpdate, sender: str) -> None:
-        self.tables.append(update)
-
-
 class Node:
     def __init__(self, name: str, clock: Clock, followers: dict[str, Follower]) -> None:
         self.member = Member(name, f"http://{name}:9000")
@@ -66,7 +39,7 @@ class Node:
         self.membership = Membership(self.member, config, clock=clock)
         self.peers = MemoryPeers(self.member, {}, followers)
         self.cluster = Cluster(self.membership, self.peers, seeds=[])
-        self.fairness = Fairness(name, self.cluster)
+        self.fairness = RecordingFairness(name, self.cluster)
         followers[self.member.url] = Follower(self.cluster, self.fairness)
 
 
@@ -293,7 +266,7 @@ def test_partition_demand_adds_up_the_nodes_and_servable_follows_the_weights() -
 
 def test_the_peer_api_serves_the_three_messages_to_a_node_given_its_fairness() -> None:
     (node,) = nodes(memory_lake(B), 1)
-    fairness = Fairness(node.member.id, node.cluster)
+    fairness = RecordingFairness(node.member.id, node.cluster)
     sender = Member("n9", "http://n9:9000")
     node.membership.heard_from(Member("m0", "http://m0:9000"))  # m0 leads in the node's view
 
