@@ -33,7 +33,7 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-_MAX_BODY = 1 << 20  # heartbeats and invalidations are small; a block request has no body
+_MAX_BODY = 1 << 20  # heartbeats, invalidations, fairness messages are small; a block request has no body
 
 # exception -> status, looked up along the exception's MRO (the most specific class wins)
 _STATUS: dict[type[BaseException], int] = {

@@ -9,6 +9,14 @@ The leader is the live node with the smallest id in this node's view
 them. When the leader leaves the ring the next smallest id takes over at its next round; until
 every node sees the same live set two nodes may both lead for a moment, and each receiver
 applies only the updates of the leader it sees.
+
+Several workers per node (``gateway.workers``): every worker of the leader's node is the
+same member, so each would lead; the loops are meant to run in one worker of a node only. A
+peer's POST reaches one worker of the receiving node, while weights and the ring's table are
+node-level: the receiving node must pass what its ``FairnessPeer`` and ``Cluster.apply_table``
+are given to its other workers (or keep that state where they all read it), else its workers
+disagree. Until then, the placement loop sends its table again at each round in which some
+report (from whichever worker answered) shows another ring than the leader's.
 """
 
 from __future__ import annotations

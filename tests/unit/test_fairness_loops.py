@@ -291,3 +291,13 @@ def test_the_peer_api_serves_the_three_messages_to_a_node_given_its_fairness() -
     without = PeerAPI(SECRET, node.cluster, node.reads, dict, clock=lambda: 1_800_000_000.0)
     with pytest.raises(PeerUnavailable, match="404"):
         run(main(without, sender))
+
+
+def test_an_update_a_peer_does_not_acknowledge_is_counted() -> None:
+    (n0, n1, _), clock = cluster()
+    n0.peers.down.add("n1")
+    assert run(n0.cluster.send_update(n1.member, weights_from("n0", 1), 1.0)) is False
+    assert n0.cluster.counters["updates_unacknowledged"] == 1
+    n0.peers.down.clear()
+    assert run(n0.cluster.send_update(n1.member, weights_from("n0", 2), 1.0)) is True
+    assert n1.fairness.weights == {"a": 3.0}
