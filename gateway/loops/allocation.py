@@ -15,6 +15,7 @@ limits stays its own, so the split over the others never hands out more than the
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import statistics
@@ -34,6 +35,7 @@ Table = Mapping[str, Mapping[str, float]]  # node -> tenant -> figure
 Allocate = Callable[[Mapping[str, float], Table, Table, Mapping[str, float]], dict[str, dict[str, float]]]
 Split = Callable[[float, Mapping[str, float]], dict[str, float]]
 Limits = Mapping[str, Mapping[str, float]]  # tenant -> resource -> units/s, cluster-wide
+SWAPS_PER_ROUND = 4  # the policy's swaps per round: a few ms on a 2-core node; it converges over rounds
 
 
 @dataclass(frozen=True)
@@ -100,16 +102,18 @@ def weight_updates(
     """Node -> its update, for every reporting node. ``held``: the last updates of the live
     nodes that did not report (what they keep of the lake bandwidth and limits)."""
     inputs = allocation_inputs(reports)
-    weights = allocate(global_weights, inputs.demand, inputs.current, inputs.capacity)
+    demand = {node: {t: d for t, d in tenants.items() if t in global_weights} for node, tenants in inputs.demand.items()}
+    weights = allocate(global_weights, demand, inputs.current, inputs.capacity)  # (tenants it does not know: none)
     lake = lake_shares(reports, lake_bandwidth, held or {}, split)
     caps = limit_shares(reports, limits or {}, held or {}, split)
     return {node: wire.WeightsUpdate(leader, epoch, weights.get(node, inputs.current[node]), lake.get(node), caps[node])
             for node in reports}
 
 
-def _policy(name: str) -> Callable[..., Any]:
-    """``policies.allocation``'s ``name``, imported when first needed (tests pass their own)."""
-    return getattr(importlib.import_module("policies.allocation"), name)  # type: ignore[no-any-return]
+def _policy(name: str, **options: Any) -> Callable[..., Any]:
+    """``policies.allocation``'s ``name`` with ``options``, imported when first needed (tests
+    pass their own)."""
+    return functools.partial(getattr(importlib.import_module("policies.allocation"), name), **options)
 
 
 class AllocationRounds:
@@ -124,7 +128,7 @@ class AllocationRounds:
         self.follower = Follower(cluster, local)
         self.global_weights, self.limits = global_weights, limits
         self.interval = interval
-        self.allocate: Allocate = allocate or _policy("allocate")
+        self.allocate: Allocate = allocate or _policy("allocate", max_swaps=SWAPS_PER_ROUND)
         self.split: Split = split or _policy("split")
         self.lake_bandwidth = lake_bandwidth
         self.clock = clock

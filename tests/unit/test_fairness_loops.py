@@ -301,3 +301,11 @@ def test_an_update_a_peer_does_not_acknowledge_is_counted() -> None:
     n0.peers.down.clear()
     assert run(n0.cluster.send_update(n1.member, weights_from("n0", 2), 1.0)) is True
     assert n1.fairness.weights == {"a": 3.0}
+
+
+def test_demand_of_a_tenant_without_a_global_weight_is_not_given_to_the_policy() -> None:
+    report = wire.DemandReport("n0", 1, 1.0, {}, {"a": {"requests": 1.0}, "gone": {"requests": 9.0}},
+                               {"requests": 10.0}, {"a": 1.0}, {}, "v")
+    fake = FakeAllocate()
+    weight_updates({"n0": report}, {"a": 1.0}, leader="n0", epoch=1, allocate=fake, split=proportional)
+    assert fake.calls[0][1] == {"n0": {"a": pytest.approx(0.1)}}
