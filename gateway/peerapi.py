@@ -1,7 +1,8 @@
 """The peer API under ``/_lakegate/v1/`` (the protocol is ``cachetier.cluster.wire``): a raw ASGI
 app, reached only through ``LakegateApp``'s routing, never through the S3 router. It holds the
 HTTP plumbing only: a route table (method, path) -> (decode, handler) over the wire messages,
-whose handlers are ``cachetier.cluster.owner.Owner``'s.
+whose handlers are ``cachetier.cluster.owner.Owner``'s and, on a node given a ``FairnessPeer``,
+``cachetier.cluster.follower.Follower``'s (POST reports, weights, partitions; else 404).
 
 Every request must carry the cluster HMAC under a nonce not seen from its sender within the
 window; anything else (no signature, a wrong one, a replay, an old node's request without a
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from cachetier.cluster import wire
+from cachetier.cluster.follower import FairnessPeer, Follower
 from cachetier.cluster.node import Cluster
 from cachetier.cluster.owner import LocalReads, Owner, ServedBlock, WrongBlockSize
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
@@ -31,7 +33,7 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-_MAX_BODY = 1 << 20  # heartbeats and invalidations are small; a block request has no body
+_MAX_BODY = 1 << 20  # heartbeats, invalidations, fairness messages are small; a block request has no body
 
 # exception -> status, looked up along the exception's MRO (the most specific class wins)
 _STATUS: dict[type[BaseException], int] = {
@@ -75,23 +77,31 @@ class Route(Generic[M]):
     handle: Callable[[M, str], Awaitable[Answer]]
 
 
-def routes(owner: Owner) -> dict[tuple[str, str], Route[Any]]:
-    return {
+def routes(owner: Owner, follower: Follower | None = None) -> dict[tuple[str, str], Route[Any]]:
+    table: dict[tuple[str, str], Route[Any]] = {
         ("GET", wire.BLOCK): Route(lambda r: wire.BlockRequest.from_query(r.query, r.headers), owner.block),
         ("POST", wire.HEARTBEAT): Route(lambda r: wire.Heartbeat.from_json(r.body), owner.heartbeat),
         ("POST", wire.INVALIDATE): Route(lambda r: wire.Invalidate.from_json(r.body), owner.invalidate),
     }
+    if follower is not None:
+        table |= {
+            ("POST", wire.REPORTS): Route(lambda r: wire.ReportsRequest.from_json(r.body), follower.reports),
+            ("POST", wire.WEIGHTS): Route(lambda r: wire.WeightsUpdate.from_json(r.body), follower.weights),
+            ("POST", wire.PARTITIONS): Route(lambda r: wire.PartitionsUpdate.from_json(r.body), follower.partitions),
+        }
+    return table
 
 
 class PeerAPI:
     """The peer API of a node; without a secret, a cluster or a read path it refuses everything.
     ``clock`` is the wall clock the requests' stamps are checked against; ``replays`` the memory
-    of the nonces accepted (one per app: every request of this node passes it)."""
+    of the nonces accepted (one per app: every request of this node passes it); ``fairness``
+    this node's fairness state, which the cluster's leader asks and updates (None: 404)."""
 
     def __init__(
         self, secret: bytes, cluster: Cluster | None, reads: LocalReads | None, load: Callable[[], Mapping[str, float]],
         *, clock: Callable[[], float] = time.time, replays: wire.ReplayGuard | None = None,
-        body_timeout: float = FrontendConfig.body_timeout,
+        body_timeout: float = FrontendConfig.body_timeout, fairness: FairnessPeer | None = None,
     ) -> None:
         self.secret = secret
         self.body_timeout = body_timeout
@@ -99,7 +109,8 @@ class PeerAPI:
         self.replays = replays if replays is not None else wire.ReplayGuard()
         self.routes: dict[tuple[str, str], Route[Any]] = {}
         if secret and cluster is not None and reads is not None:
-            self.routes = routes(Owner(cluster, reads, load))
+            follower = Follower(cluster, fairness) if fairness is not None else None
+            self.routes = routes(Owner(cluster, reads, load), follower)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method, path = scope["method"], scope["path"]

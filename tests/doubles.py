@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.store import MemoryBlockStore
+from cachetier.cluster import wire
 from cachetier.cluster.client import PeerUnavailable
 from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import Membership
@@ -353,3 +354,33 @@ class FakeTransport:
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"peername": ("127.0.0.1", 1234), "sockname": ("127.0.0.1", 9000)}.get(name, default)
+
+
+# ---- fairness ------------------------------------------------------------------------------------
+
+
+class RecordingFairness:
+    """A node's fairness state as a ``FairnessPeer``: it reports what a test sets, and keeps what
+    it is sent."""
+
+    def __init__(self, node: str, cluster: Cluster) -> None:
+        self.node, self.cluster = node, cluster
+        self.wanted: dict[str, dict[str, float]] = {}
+        self.capacity = {"requests": 100.0, "client_bytes": 1000.0, "lake_bytes": 500.0}
+        self.weights: dict[str, float] = {"a": 1.0, "b": 1.0}
+        self.partitions: dict[int, dict[str, float]] = {}
+        self.updates: list[wire.WeightsUpdate] = []
+        self.tables: list[wire.PartitionsUpdate] = []
+        self.sequence = 0
+
+    async def report(self, request: wire.ReportsRequest) -> wire.DemandReport:
+        self.sequence += 1
+        return wire.DemandReport(self.node, self.sequence, request.window_s, {}, self.wanted, self.capacity,
+                                 self.weights, self.partitions, self.cluster.membership.ring.version)
+
+    async def apply_weights(self, update: wire.WeightsUpdate, sender: str) -> None:
+        self.updates.append(update)
+        self.weights = dict(update.weights)
+
+    async def apply_partitions(self, update: wire.PartitionsUpdate, sender: str) -> None:
+        self.tables.append(update)

@@ -39,6 +39,16 @@ class Peers(Protocol):
         """Have ``member`` forget ``keys`` of ``bucket`` (None: the bucket's metadata)."""
         ...
 
+    async def report(self, member: Member, request: wire.ReportsRequest, timeout: float) -> wire.DemandReport:
+        """``member``'s demand over the window ``request`` names (the fairness leader asks)."""
+        ...
+
+    async def update(
+        self, member: Member, update: wire.WeightsUpdate | wire.PartitionsUpdate, timeout: float
+    ) -> None:
+        """Send the fairness leader's ``update`` to ``member`` (acknowledged, applied or not)."""
+        ...
+
     def fetch_block(
         self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
     ) -> AsyncIterator[bytes]:
@@ -130,6 +140,23 @@ class PeerClient:
             wire.Acknowledged.from_json(answer)
         except wire.WireError as exc:
             raise PeerUnavailable(f"{member.url}: bad invalidate answer: {exc}") from exc
+
+    async def report(self, member: Member, request: wire.ReportsRequest, timeout: float) -> wire.DemandReport:
+        answer = await self._post(member.url, wire.REPORTS, request.to_json(), timeout)
+        try:
+            return wire.DemandReport.from_json(answer)
+        except wire.WireError as exc:
+            raise PeerUnavailable(f"{member.url}: bad demand report: {exc}") from exc
+
+    async def update(
+        self, member: Member, update: wire.WeightsUpdate | wire.PartitionsUpdate, timeout: float
+    ) -> None:
+        path = wire.WEIGHTS if isinstance(update, wire.WeightsUpdate) else wire.PARTITIONS
+        answer = await self._post(member.url, path, update.to_json(), timeout)
+        try:
+            wire.Acknowledged.from_json(answer)
+        except wire.WireError as exc:
+            raise PeerUnavailable(f"{member.url}: bad {path} answer: {exc}") from exc
 
     async def fetch_block(
         self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str

@@ -10,6 +10,13 @@ This is the state and the failure detector only, with the clock passed in: the l
 sends heartbeats over HTTP lives in ``cachetier.cluster.client`` (``PeerClient``) and
 ``gateway.loops.membership``.
 
+The leader of the cluster's control loops (fairness: weight allocation and partition
+placement) is the live node with the smallest id, in each node's own view (``leader``): when
+it leaves the ring the next smallest takes over, with no election. The placement loop may
+replace the ring's table with its own (``apply_table``): the override holds while the members
+stay those it was planned on, and a change of the live set drops it (back to the
+consistent-hash plan of the new members) until the leader sends a table for them.
+
 Seeds are URLs, with or without a node id (``id=url``, or addresses from DNS): a node's id is
 learned from its heartbeat, so a Kubernetes headless service's A records are enough. A
 request to a peer that fails marks it *suspect* for a short while: lookups skip it (the
@@ -20,7 +27,7 @@ health as this node last saw it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from cachetier.cluster.config import MembershipConfig
@@ -53,7 +60,8 @@ class Membership:
         self._peers: dict[str, _Peer] = {}
         self._health: dict[str, selection.PeerHealth] = {}  # peers not here are healthy
         self._live: frozenset[str] = frozenset()
-        self.ring: PartitionMap = plan([me], self.partitions, self.replicas)
+        self.planned: PartitionMap = plan([me], self.partitions, self.replicas)  # the members' own plan
+        self.ring: PartitionMap = self.planned  # what lookups use: the plan, or the leader's table on it
         self.generation = 1  # rings planned so far (a counter for metrics)
         self.changes: list[tuple[float, str, str]] = []  # (time, "join"/"leave", node id), recent
 
@@ -101,6 +109,10 @@ class Membership:
         """Live members other than this node."""
         return [self._peers[i].member for i in sorted(self._live)]
 
+    def leader(self) -> Member:
+        """The node that runs the cluster's control loops: the live one with the smallest id."""
+        return min(self.live(), key=lambda m: m.id)
+
     def known(self) -> list[Member]:
         """Every peer ever heard from, live or not."""
         return [p.member for p in self._peers.values()]
@@ -123,7 +135,24 @@ class Membership:
                 for p in self._peers.values()
             },
             "partitions_owned": self.ring.share().get(self.me.id, 0),
+            "leader": self.leader().id,
+            "table_override": self.ring is not self.planned,
         }
+
+    # ---- the placement loop's table ---------------------------------------------------------
+
+    def apply_table(self, base_version: str, table: Iterable[Iterable[str]]) -> PartitionMap | None:
+        """Use ``table`` over the members, if it was planned on the plan this node has
+        (``base_version``): the ring it replaces, or None when it does not fit (another plan,
+        another partition count, an owner that is not a member)."""
+        if base_version != self.planned.version:
+            return None
+        try:
+            ring = self.planned.with_table(table)
+        except ValueError:
+            return None
+        before, self.ring = self.ring, (self.planned if ring.table == self.planned.table else ring)
+        return before
 
     # ---- the ring follows the live set ------------------------------------------------------
 
@@ -131,14 +160,14 @@ class Membership:
         now = self.clock()
         live = frozenset(i for i, p in self._peers.items() if now - p.last_heard < self.failure_timeout)
         members = [self.me, *(self._peers[i].member for i in live)]
-        if live == self._live and all(self.ring.members.get(m.id) == m for m in members):
+        if live == self._live and all(self.planned.members.get(m.id) == m for m in members):
             return False
         for node in live - self._live:
             self._note(now, "join", node)
         for node in self._live - live:
             self._note(now, "leave", node)
         self._live = live
-        self.ring = plan(members, self.partitions, self.replicas)
+        self.planned = self.ring = plan(members, self.partitions, self.replicas)  # any override dropped
         self.generation += 1
         return True
 

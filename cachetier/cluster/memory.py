@@ -2,7 +2,8 @@
 peers without a network. It calls the other nodes' ``Owner`` (the same code the peer API runs)
 directly, passing every message and answer through its wire encoding, and fails as the client
 does: a node that is down, unknown or refusing is ``PeerUnavailable``; an object changed in the
-lake is ``PreconditionFailed``. It does no HMAC and keeps no nonces: authentication and replay protection are the peer API's,
+lake is ``PreconditionFailed``. The fairness messages go to the nodes' ``Follower`` in
+``followers`` (a node without one is ``PeerUnavailable``, as the peer API's 404). It does no HMAC and keeps no nonces: authentication and replay protection are the peer API's,
 tested there.
 """
 
@@ -13,6 +14,7 @@ from typing import NoReturn
 
 from cachetier.cluster import wire
 from cachetier.cluster.client import PeerUnavailable, block_request
+from cachetier.cluster.follower import Follower
 from cachetier.cluster.owner import Owner, WrongBlockSize
 from cachetier.cluster.ring import Member
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
@@ -20,12 +22,13 @@ from cachetier.lake import ObjectInfo
 
 
 class MemoryPeers:
-    """``Peers`` as calls into ``owners`` (peer URL -> that node's Owner), as node ``me``.
-    Nodes whose id is in ``down`` answer nothing."""
+    """``Peers`` as calls into ``owners`` (peer URL -> that node's Owner) and ``followers`` (peer
+    URL -> that node's Follower), as node ``me``. Nodes whose id is in ``down`` answer nothing."""
 
-    def __init__(self, me: Member, owners: Mapping[str, Owner]) -> None:
+    def __init__(self, me: Member, owners: Mapping[str, Owner], followers: Mapping[str, Follower] | None = None) -> None:
         self.me = me
         self.owners = owners
+        self.followers: Mapping[str, Follower] = followers if followers is not None else {}
         self.down: set[str] = set()
 
     def _owner(self, url: str) -> Owner:
@@ -47,6 +50,33 @@ class MemoryPeers:
         try:
             answer = await self._owner(member.url).invalidate(wire.Invalidate.from_json(sent.to_json()), self.me.id)
         except (wire.WireError, S3Error) as exc:
+            _unavailable(member.url, exc)
+        wire.Acknowledged.from_json(answer.to_json())
+
+    def _follower(self, member: Member) -> Follower:
+        follower = self.followers.get(member.url)
+        if follower is None or member.id in self.down:
+            raise PeerUnavailable(f"{member.url}: no answer")
+        return follower
+
+    async def report(self, member: Member, request: wire.ReportsRequest, timeout: float) -> wire.DemandReport:
+        sent = wire.ReportsRequest.from_json(request.to_json())
+        try:
+            answer = await self._follower(member).reports(sent, self.me.id)
+        except wire.WireError as exc:
+            _unavailable(member.url, exc)
+        return wire.DemandReport.from_json(answer.to_json())
+
+    async def update(
+        self, member: Member, update: wire.WeightsUpdate | wire.PartitionsUpdate, timeout: float
+    ) -> None:
+        follower = self._follower(member)
+        try:
+            if isinstance(update, wire.WeightsUpdate):
+                answer = await follower.weights(wire.WeightsUpdate.from_json(update.to_json()), self.me.id)
+            else:
+                answer = await follower.partitions(wire.PartitionsUpdate.from_json(update.to_json()), self.me.id)
+        except wire.WireError as exc:
             _unavailable(member.url, exc)
         wire.Acknowledged.from_json(answer.to_json())
 

@@ -6,6 +6,9 @@ and what the read and write paths ask of the others.
 - ``broadcast_invalidate``: a write on this node reaches every live peer before the write is
   acknowledged, so no node serves the old version after the client saw the new one. A peer
   that does not answer in time is logged and counted; it re-validates by TTL.
+- ``admit`` / ``apply_table``: the receiving side of the fairness leader's updates (weights,
+  partition tables): applied only from the leader this node sees, newer than the last one.
+- ``gather_reports`` / ``send_update``: the leader's side, to every live peer.
 - ``heartbeat_round``: one round of heartbeats to every seed and known peer; the loop that
   calls it every ``heartbeat_interval`` lives in ``gateway.loops.membership``.
 """
@@ -20,6 +23,7 @@ from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlsplit
 
 from cachetier.lake import ObjectInfo
+from cachetier.cluster import wire
 from cachetier.cluster.membership import Membership
 from cachetier.cluster.client import Peers, PeerUnavailable
 from cachetier.cluster.ring import Member
@@ -36,7 +40,14 @@ CLUSTER_COUNTERS = {
     "invalidation_failures": "invalidations a peer did not acknowledge",
     "invalidations_received": "invalidations received from peers",
     "heartbeat_failures": "heartbeats a peer did not answer",
+    "updates_ignored": "weight or partition updates ignored: not from the leader this node sees, or not newer",
+    "partition_tables_applied": "partition tables of the leader applied to this node's ring",
+    "partition_tables_refused": "partition tables not planned on this node's ring (another live set)",
+    "partitions_moved": "partitions whose owners a leader's table changed (the new owner fills them from the lake)",
+    "reports_missed": "demand reports a peer did not give this node as the leader",
+    "updates_unacknowledged": "weight or partition updates a peer did not acknowledge",
 }
+Update = wire.WeightsUpdate | wire.PartitionsUpdate
 
 
 class Cluster:
@@ -55,6 +66,7 @@ class Cluster:
         self.dns = dns
         self.heartbeat_interval = membership.config.heartbeat_interval
         self.counters: Counter[str] = Counter()
+        self._applied: dict[type[Update], tuple[str, int]] = {}  # the last update's (leader, epoch), by kind
 
     # ---- the read path ----------------------------------------------------------------------
 
@@ -88,6 +100,65 @@ class Cluster:
             if isinstance(result, BaseException):
                 self.counters["invalidation_failures"] += 1
                 log.warning("invalidation in %s not acknowledged by %s: %s", bucket, member.id, result)
+
+    # ---- the fairness leader's updates ------------------------------------------------------
+
+    def admit(self, update: Update, sender: str) -> bool:
+        """Whether to apply ``update``: sent by the leader it names, the one this node sees, and
+        newer than the last of its kind from that leader. Else it is counted and ignored (its
+        sender still gets its acknowledgement: it is not the sender's to retry)."""
+        leader = self.membership.leader().id
+        last = self._applied.get(type(update))
+        newer = last is None or last[0] != update.leader or update.epoch > last[1]
+        if not (sender == update.leader == leader and newer):
+            self.counters["updates_ignored"] += 1
+            log.info("%s from %s (leader %s, epoch %d) ignored: this node's leader is %s%s", type(update).__name__,
+                     sender, update.leader, update.epoch, leader, "" if newer else ", and it is not newer")
+            return False
+        self._applied[type(update)] = (update.leader, update.epoch)
+        return True
+
+    def apply_table(self, update: wire.PartitionsUpdate) -> bool:
+        """Use the leader's partition table (once admitted), if it was planned on this node's ring;
+        the partitions it moves are counted, their blocks fetched again by their new owners."""
+        before = self.membership.apply_table(update.base_version, update.table)
+        if before is None:
+            self.counters["partition_tables_refused"] += 1
+            log.info("partition table of %s planned on ring %s, not on this node's %s", update.leader,
+                     update.base_version, self.membership.planned.version)
+            return False
+        self.counters["partition_tables_applied"] += 1
+        moved = sum(old != new for old, new in zip(before.table, self.membership.ring.table))
+        if moved:
+            self.counters["partitions_moved"] += moved
+            self._log_ring()
+        return True
+
+    async def gather_reports(self, request: wire.ReportsRequest, timeout: float) -> dict[str, wire.DemandReport]:
+        """Every live peer's demand report, by node id; a peer that gives none in ``timeout``
+        seconds (or another node's) is counted and left out."""
+        peers = self.membership.peers()
+        results = await asyncio.gather(*(self.client.report(m, request, timeout) for m in peers), return_exceptions=True)
+        reports = {}
+        for member, result in zip(peers, results):
+            if isinstance(result, wire.DemandReport) and result.node == member.id:
+                reports[member.id] = result
+            elif isinstance(result, (PeerUnavailable, wire.DemandReport)):
+                self.counters["reports_missed"] += 1
+                log.info("no demand report from %s: %s", member.id, result)
+            else:
+                raise result
+        return reports
+
+    async def send_update(self, member: Member, update: Update, timeout: float) -> bool:
+        """``update`` to peer ``member``; False (counted) when it did not acknowledge."""
+        try:
+            await self.client.update(member, update, timeout)
+        except PeerUnavailable as exc:
+            self.counters["updates_unacknowledged"] += 1
+            log.info("%s not acknowledged by %s: %s", type(update).__name__, member.id, exc)
+            return False
+        return True
 
     # ---- membership -------------------------------------------------------------------------
 

@@ -16,6 +16,9 @@ The peer API, under ``/_lakegate/v1/``:
     POST heartbeat      JSON {id, url, weight, load}; answered {id, url, weight, load, ring_version}
     POST invalidate     JSON {bucket, keys}: forget the keys' metadata and blocks (keys null:
                         the whole bucket's metadata); answered {ok: true}
+    POST reports        JSON ReportsRequest; answered with a DemandReport (fairness, at the end)
+    POST weights        JSON WeightsUpdate; answered {ok: true}
+    POST partitions     JSON PartitionsUpdate; answered {ok: true}
 
 Fields a message does not know are ignored, not refused: a newer node may add some, and
 mixed-version nodes must still talk (the heartbeat answer's ``ring_version`` arrived that way).
@@ -58,7 +61,7 @@ import math
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Protocol, Self
 from urllib.parse import parse_qs, urlencode
 
 from cachetier.blocks.ids import block_bounds, block_count
@@ -429,13 +432,217 @@ class BlockAnswer:
         return cls(length)
 
 
-# ---- room for the coming mechanisms (not served yet: the peer API answers 404) -----------------
-# Each will be a frozen dataclass here with to_json/from_json, routed in gateway.peerapi:
-#   POST weights     the allocation loop's per-node local weights (Pisces WA)   {ring_version, weights}
-#   POST partitions  the placement loop's partition -> node table (Pisces PP)  {version, table}
-#   POST reports     per-tenant demand and telemetry anomaly reports (MicroMon) {node, demand, anomalies}
-#   POST journal     a write-back journal append on a replica (Pfimbi)          {tenant, bucket, key, ...}
+# ---- fairness (issue 12): the leader's weight allocation (WA) and partition placement (PP) -------
+#   POST reports     {window_s}: answered with the receiver's DemandReport over the last window_s
+#   POST weights     WeightsUpdate: the receiver's local weights, lake share, hard limits
+#   POST partitions  PartitionsUpdate: the partition -> owners table, planned on base_version
+# Each update names its leader (the live node with the smallest id) and an epoch that grows
+# with each of its rounds; a receiver applies it only from the leader it sees (see Follower in
+# ``cachetier.cluster.follower``). Sizes are bounded: a map holds at most MAX_TENANTS tenants,
+# a name (tenant or node id) at most MAX_NAME characters, every number is finite and >= 0.
+
 WEIGHTS = PREFIX + "weights"
 PARTITIONS = PREFIX + "partitions"
 REPORTS = PREFIX + "reports"
+#   POST journal     a write-back journal append on a replica (Pfimbi)  (not served yet: 404)
 JOURNAL = PREFIX + "journal"
+
+RESOURCES = ("requests", "client_bytes", "lake_bytes")  # what fair queuing shares (issue 12)
+MAX_TENANTS = 1024
+MAX_NAME = 64
+MAX_PARTITIONS = 512  # partitions a report carries demand for (the busiest)
+MAX_ROWS = 1 << 16  # rows of a partition table
+MAX_OWNERS = 16  # owners of one partition
+_MAX_WINDOW = 3600.0
+
+PerResource = Mapping[str, float]  # resource (one of RESOURCES) -> amount
+PerTenant = Mapping[str, float]  # tenant -> amount
+
+
+def _name(value: object, name: str) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME:
+        raise WireError(f"{name} must be a string of 1 to {MAX_NAME} characters, not {value!r}")
+    return value
+
+
+def _amount(value: object, name: str) -> float:
+    number = _number(value, name)
+    if not (math.isfinite(number) and number >= 0):
+        raise WireError(f"{name} must be finite and >= 0, not {value!r}")
+    return number
+
+
+def _count(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise WireError(f"{name} must be an integer >= 0, not {value!r}")
+    return value
+
+
+def _mapping(value: object, name: str, bound: int = MAX_TENANTS) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise WireError(f"{name} must be an object, not {value!r}")
+    if len(value) > bound:
+        raise WireError(f"{name} holds {len(value)} entries, more than {bound}")
+    return value
+
+
+def _per_tenant(value: object, name: str) -> dict[str, float]:
+    return {_name(t, f"{name} tenant"): _amount(v, f"{name}.{t}") for t, v in _mapping(value, name).items()}
+
+
+def _per_resource(value: object, name: str) -> dict[str, float]:
+    """Amounts by resource; resources this node does not know are ignored (a newer node's)."""
+    doc = _mapping(value, name, bound=len(RESOURCES) * 4)
+    return {r: _amount(v, f"{name}.{r}") for r, v in doc.items() if r in RESOURCES}
+
+
+def _per_tenant_resource(value: object, name: str) -> dict[str, dict[str, float]]:
+    return {_name(t, f"{name} tenant"): _per_resource(v, f"{name}.{t}") for t, v in _mapping(value, name).items()}
+
+
+def _nested(table: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    return {k: dict(v) for k, v in table.items()}
+
+
+class _Decodable(Protocol):
+    @classmethod
+    def from_json(cls, body: bytes) -> object: ...
+
+
+def _checked(message: _Decodable, doc: Mapping[str, object]) -> bytes:
+    """``doc`` encoded, once its receiver would take it: a sender's bug (a NaN weight, a long
+    name) is a WireError here rather than a refusal on every peer."""
+    try:
+        body = json.dumps(doc, allow_nan=False).encode()
+    except ValueError:
+        raise WireError("a number that is not finite") from None
+    type(message).from_json(body)
+    return body
+
+
+def _leader_epoch(doc: Mapping[str, object]) -> tuple[str, int]:
+    return _name(doc.get("leader"), "leader"), _count(doc.get("epoch"), "epoch")
+
+
+@dataclass(frozen=True)
+class ReportsRequest:
+    """POST reports: the leader asks for the receiver's demand over the last ``window_s`` seconds."""
+
+    window_s: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.window_s) and 0 < self.window_s <= _MAX_WINDOW):
+            raise WireError(f"window_s must be in (0, {_MAX_WINDOW:g}], not {self.window_s!r}")
+
+    def to_json(self) -> bytes:
+        return _dumps({"window_s": self.window_s})
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        return cls(_number(json_object(body).get("window_s"), "window_s"))
+
+
+@dataclass(frozen=True)
+class DemandReport:
+    """A node's answer to POST reports, over its last ``window_s`` seconds: per tenant per
+    resource what it served and what was wanted (served plus what waited or was refused), as
+    amounts over the window; its ``capacity`` per resource (units/s); its current local
+    ``weights``; the demand of its busiest partitions (partition -> tenant -> client bytes
+    wanted over the window, at most MAX_PARTITIONS, only those with demand); the version of the
+    ring it has; and ``sequence``, its reports' count (a leader can tell a repeat)."""
+
+    node: str
+    sequence: int
+    window_s: float
+    served: Mapping[str, PerResource]
+    wanted: Mapping[str, PerResource]
+    capacity: PerResource
+    weights: PerTenant
+    partitions: Mapping[int, PerTenant]
+    ring_version: str
+
+    def to_json(self) -> bytes:
+        return _checked(self, {
+            "node": self.node, "sequence": self.sequence, "window_s": self.window_s,
+            "served": _nested(self.served), "wanted": _nested(self.wanted), "capacity": dict(self.capacity),
+            "weights": dict(self.weights), "ring_version": self.ring_version,
+            "partitions": {str(p): dict(d) for p, d in self.partitions.items()},
+        })
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        doc = json_object(body)
+        window = _amount(doc.get("window_s"), "window_s")
+        partitions = {_partition(p): _per_tenant(d, f"partitions.{p}")
+                      for p, d in _mapping(doc.get("partitions", {}), "partitions", MAX_PARTITIONS).items()}
+        return cls(
+            _name(doc.get("node"), "node"), _count(doc.get("sequence"), "sequence"), window,
+            _per_tenant_resource(doc.get("served", {}), "served"), _per_tenant_resource(doc.get("wanted", {}), "wanted"),
+            _per_resource(doc.get("capacity", {}), "capacity"), _per_tenant(doc.get("weights", {}), "weights"),
+            partitions, _string(doc, "ring_version"))
+
+
+def _partition(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and len(text) <= 8):
+        raise WireError(f"a partition must be a number, not {text!r}")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class WeightsUpdate:
+    """POST weights, from the ``leader`` in its round ``epoch``: the receiver's local weight per
+    tenant, its share of the cluster's lake bandwidth (bytes/s; None: unlimited) and its share
+    of each tenant's cluster-wide hard limits (tenant -> resource -> units/s). Answered
+    Acknowledged, also when the receiver ignores it (not from the leader it sees, or stale)."""
+
+    leader: str
+    epoch: int
+    weights: PerTenant
+    lake_capacity: float | None = None
+    limits: Mapping[str, PerResource] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return _checked(self, {"leader": self.leader, "epoch": self.epoch, "weights": dict(self.weights),
+                       "lake_capacity": self.lake_capacity, "limits": _nested(self.limits)})
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        doc = json_object(body)
+        leader, epoch = _leader_epoch(doc)
+        lake = doc.get("lake_capacity")
+        return cls(leader, epoch, _per_tenant(doc.get("weights"), "weights"),
+                   None if lake is None else _amount(lake, "lake_capacity"),
+                   _per_tenant_resource(doc.get("limits", {}), "limits"))
+
+
+@dataclass(frozen=True)
+class PartitionsUpdate:
+    """POST partitions, from the ``leader`` in its round ``epoch``: the partition -> owner ids
+    table (primary first) it planned on the ring of version ``base_version`` (the members' own
+    consistent-hash plan); a receiver whose plan has another version does not apply it.
+    Answered Acknowledged, applied or not."""
+
+    leader: str
+    epoch: int
+    base_version: str
+    table: tuple[tuple[str, ...], ...]
+
+    def to_json(self) -> bytes:
+        return _checked(self, {"leader": self.leader, "epoch": self.epoch, "base_version": self.base_version,
+                       "table": [list(owners) for owners in self.table]})
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        doc = json_object(body)
+        leader, epoch = _leader_epoch(doc)
+        rows = doc.get("table")
+        if not isinstance(rows, list) or not 0 < len(rows) <= MAX_ROWS:
+            raise WireError(f"table must be a list of 1 to {MAX_ROWS} rows")
+        table = tuple(_owners(row) for row in rows)
+        return cls(leader, epoch, _string(doc, "base_version"), table)
+
+
+def _owners(row: object) -> tuple[str, ...]:
+    if not isinstance(row, list) or not 0 < len(row) <= MAX_OWNERS or len(set(map(str, row))) != len(row):
+        raise WireError(f"a partition's owners must be 1 to {MAX_OWNERS} distinct node ids, not {row!r}")
+    return tuple(_name(owner, "owner") for owner in row)

@@ -1,2 +1,3 @@
-"""Control loops: thin drivers around pure policies, each a callback ``(now) -> next interval``
-(membership today; telemetry, allocation, placement and sizing with their issues)."""
+"""Control loops: thin drivers around pure policies, each a round repeated every interval:
+membership (heartbeats), and the fairness leader's weight allocation and partition placement
+(``leader`` holds what those two share); telemetry and sizing come with their issues."""

@@ -220,3 +220,57 @@ def test_parse_peers_dns() -> None:
 def test_parse_peers_refuses_what_it_cannot_read(spec: str) -> None:
     with pytest.raises(ValueError):
         parse_peers(spec)
+
+
+# ---- the leader and the placement loop's table ------------------------------------------------
+
+
+def test_the_leader_is_the_live_node_with_the_smallest_id_and_the_next_takes_over() -> None:
+    clock = Clock()
+    b_view, c_view = membership(B, clock), membership(C, clock)
+    assert b_view.leader() == B  # alone, a node leads itself
+    for view in (b_view, c_view):
+        view.heard_from(A), view.heard_from(B), view.heard_from(C)
+    assert b_view.leader() == c_view.leader() == A
+    clock.now += TIMEOUT - 1.0
+    for view in (b_view, c_view):
+        view.heard_from(B if view is c_view else C)  # a falls silent, b and c still hear each other
+    clock.now += 1.5
+    assert b_view.tick() and c_view.tick()
+    assert b_view.leader() == c_view.leader() == B  # a left the ring: b takes over
+    b_view.heard_from(A)
+    assert b_view.leader() == A  # back: it leads again
+
+
+def _moved(view: Membership) -> tuple[tuple[str, ...], ...]:
+    """The planned table with its first partition given to the other node."""
+    table = list(view.planned.table)
+    table[0] = ("b",) if table[0] == ("a",) else ("a",)
+    return tuple(table)
+
+
+def test_a_table_planned_on_this_ring_is_used_until_the_members_change() -> None:
+    clock = Clock()
+    view = membership(A, clock)
+    view.heard_from(B)
+    planned = view.planned
+    table = _moved(view)
+    assert view.apply_table(planned.version, table) is planned  # the ring it replaced
+    assert view.ring.table == table and view.ring.version != planned.version
+    assert view.planned is planned and view.snapshot()["table_override"] is True
+    assert view.heard_from(B) is False and view.ring.table == table  # same members: the table holds
+
+    assert view.heard_from(C) is True  # a join: the consistent-hash plan of the new members
+    assert view.ring is view.planned and view.planned.version != planned.version
+    assert view.apply_table(planned.version, table) is None  # planned on the old ring: not used
+    assert view.ring is view.planned and view.snapshot()["table_override"] is False
+
+
+def test_a_table_that_does_not_fit_the_ring_is_not_used() -> None:
+    view = membership(A, Clock())
+    view.heard_from(B)
+    base = view.planned.version
+    assert view.apply_table(base, view.planned.table[:-1]) is None  # a partition short
+    assert view.apply_table(base, [("a", "x")] * view.partitions) is None  # x is no member
+    assert view.apply_table(base, view.planned.table) is not None  # the plan itself: no override
+    assert view.ring is view.planned

@@ -352,7 +352,7 @@ async def collect(pieces: AsyncIterator[bytes]) -> bytes:
 
 @pytest.mark.parametrize("cls", [PeerClient, MemoryPeers])
 def test_the_client_and_its_twin_conform_to_peers(cls: type) -> None:
-    for name in ("heartbeat", "invalidate", "fetch_block", "aclose"):
+    for name in ("heartbeat", "invalidate", "report", "update", "fetch_block", "aclose"):
         assert inspect.signature(getattr(cls, name)) == inspect.signature(getattr(Peers, name)), name
     assert inspect.isasyncgenfunction(cls.fetch_block)  # type: ignore[attr-defined]
 
