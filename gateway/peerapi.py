@@ -13,6 +13,7 @@ before any other work. Answers are JSON, except a block, which is its bytes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -29,6 +30,7 @@ from gateway.s3.config import FrontendConfig
 
 log = logging.getLogger("lakegate.peer")
 M = TypeVar("M")
+Meter = Callable[[wire.BlockRequest, int], Awaitable[None]]  # a block's request, a piece's length
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -96,14 +98,18 @@ class PeerAPI:
     """The peer API of a node; without a secret, a cluster or a read path it refuses everything.
     ``clock`` is the wall clock the requests' stamps are checked against; ``replays`` the memory
     of the nonces accepted (one per app: every request of this node passes it); ``fairness``
-    this node's fairness state, which the cluster's leader asks and updates (None: 404)."""
+    this node's fairness state, which the cluster's leader asks and updates (None: 404);
+    ``meter`` is awaited before each piece of a block leaves, with the block's request and the
+    piece's length (fairness: the owner's bytes sent, charged to the tenant the peer named)."""
 
     def __init__(
         self, secret: bytes, cluster: Cluster | None, reads: LocalReads | None, load: Callable[[], Mapping[str, float]],
         *, clock: Callable[[], float] = time.time, replays: wire.ReplayGuard | None = None,
         body_timeout: float = FrontendConfig.body_timeout, fairness: FairnessPeer | None = None,
+        meter: Meter | None = None,
     ) -> None:
         self.secret = secret
+        self.meter = meter
         self.body_timeout = body_timeout
         self.clock = clock
         self.replays = replays if replays is not None else wire.ReplayGuard()
@@ -119,7 +125,8 @@ class PeerAPI:
             route = self.routes.get((method, path))
             if route is None:
                 raise _Refused(404, f"no peer API {method} {path[len(wire.PREFIX):]}")
-            answer = await route.handle(route.decode(incoming), incoming.sender)
+            message = route.decode(incoming)
+            answer = await route.handle(message, incoming.sender)
         except Exception as exc:
             status = _status_of(exc)
             if status is None:
@@ -127,7 +134,8 @@ class PeerAPI:
             await _refuse(scope, send, status, exc)
             return
         if isinstance(answer, ServedBlock):
-            await _stream(send, answer)
+            meter = self.meter
+            await _stream(send, answer, None if meter is None else functools.partial(meter, message))
         else:
             await _send(send, 200, answer.to_json())
 
@@ -155,10 +163,12 @@ async def _refuse(scope: Scope, send: Send, status: int, exc: Exception) -> None
     await _send(send, status, json.dumps({"error": str(exc)}).encode())
 
 
-async def _stream(send: Send, block: ServedBlock) -> None:
+async def _stream(send: Send, block: ServedBlock, meter: Callable[[int], Awaitable[None]] | None = None) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": block.answer.headers()})
     try:
         async for piece in block.pieces:
+            if meter is not None:
+                await meter(len(piece))
             await send({"type": "http.response.body", "body": piece, "more_body": True})
     finally:
         await block.pieces.aclose()

@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,14 @@ from cachetier.read.path import ReadPath
 from cachetier.telemetry.counters import CacheStats
 from cachetier.telemetry.snapshots import CacheSnapshot
 from cachetier.fairness.lake import metered
+from cachetier.cluster.wire import BlockRequest
 from gateway.admission import NodeFairness
+from gateway.fairpeer import FairnessMember, loop_lock
+from gateway.loops.allocation import allocation_loop
+from gateway.loops.placement import placement_loop
 from gateway.loops.membership import heartbeat_loop, host_load
 from gateway.metrics import CacheCollector, ClusterCollector, FairnessCollector
-from gateway.peerapi import PeerAPI
+from gateway.peerapi import Meter, PeerAPI
 from gateway.workerstats import WorkerBoard, node_cache, node_counters
 from gateway.s3.frontend import S3Frontend
 from gateway.settings import CacheSettings, ClusterSettings, LakeSettings, Settings
@@ -84,6 +88,7 @@ class Node:
     peer_api: PeerAPI
     board: WorkerBoard | None = None  # with several workers: the others' counts
     fairness: NodeFairness | None = None  # tenant fairness (None: LAKEGATE_FAIRNESS=off)
+    fair_member: FairnessMember | None = None  # its side of the cluster's fairness loops
     registry: CollectorRegistry = dataclasses.field(init=False)  # /metrics: the node's counts
 
     def __post_init__(self) -> None:
@@ -104,9 +109,7 @@ class Node:
 
     def others(self, part: str) -> list[dict[str, object]]:
         """The other workers' last published ``part`` (none with one worker)."""
-        if self.board is None:
-            return []
-        return [doc[part] for doc in self.board.others() if isinstance(doc.get(part), dict)]  # type: ignore[misc]
+        return board_part(self.board, part)
 
     def tenants_report(self) -> dict[str, object]:
         """``/_lakegate/admin/tenants``: the node's fairness per tenant (all workers)."""
@@ -132,6 +135,8 @@ class Node:
         if self.board is not None:
             own_cache = self.cache.snapshot() if self.cache is not None else None
             fairness = self.fairness.published() if self.fairness is not None else None
+            if fairness is not None and self.fair_member is not None:
+                fairness["partitions"] = self.fair_member.published()
             self.board.publish(own_cache, self.cluster.counter_values() if self.cluster is not None else None,
                                fairness=fairness)
 
@@ -257,15 +262,64 @@ def _publish(node: Node) -> None:
         log.warning("could not publish this worker's counts: %s", exc)
 
 
+def board_part(board: WorkerBoard | None, part: str) -> list[dict[str, object]]:
+    """The other workers' last published ``part`` (none without a board: one worker)."""
+    if board is None:
+        return []
+    return [doc[part] for doc in board.others() if isinstance(doc.get(part), dict)]  # type: ignore[misc]
+
+
 async def fairness_loop(node: Node, fairness: NodeFairness, interval: float = 1.0) -> None:
-    """Every ``interval``: this worker's fairness window into its totals, and its part of the
-    node re-split by the workers' demand (``gateway.admission``)."""
+    """Every ``interval``: this worker's fairness window into its totals, its part of the node
+    re-split by the workers' demand (``gateway.admission``), and a leader's update another
+    worker received picked up (``gateway.fairpeer``)."""
     while True:
         await asyncio.sleep(interval)
         try:
             fairness.tick(node.others("fairness") if node.board is not None else None)
+            if node.fair_member is not None:
+                node.fair_member.tick()
         except Exception:  # noqa: BLE001 - the loop must outlive one bad round
             log.exception("fairness round failed")
+
+
+def fairness_loops(settings: Settings, tenants: TenantDirectory, cluster: Cluster, member: FairnessMember
+                   ) -> Callable[[], Coroutine[Any, Any, None]]:
+    """The leader's loops, as the settings' mode asks: weight allocation (with the lake budget
+    and the caps split by demand; without WA the weights stay the tenants file's) and, with PP,
+    partition placement. Each round does nothing on a node that does not lead."""
+    fair = settings.fairness
+
+    def weights() -> dict[str, float]:
+        return {t.name: t.weight for t in tenants.tenants}
+
+    def limits() -> dict[str, dict[str, float]]:
+        return {t.name: t.limits() for t in tenants.tenants if t.limits()}
+
+    def unchanged(gw: Mapping[str, float], demand: Mapping[str, object], current: Mapping[str, Mapping[str, float]],
+                  capacity: Mapping[str, float]) -> dict[str, dict[str, float]]:
+        return {n: {t: current.get(n, {}).get(t, w) for t, w in gw.items()} for n in demand}
+
+    async def run() -> None:
+        loops = [allocation_loop(cluster, member, weights, fair.allocation_interval,
+                                 allocate=None if fair.wa else unchanged, lake_bandwidth=fair.lake_bandwidth,
+                                 limits=limits)]
+        if fair.pp:
+            loops.append(placement_loop(cluster, member, fair.placement_interval, fair.placement_moves))
+        await asyncio.gather(*loops)
+
+    return run
+
+
+def _peer_meter(fairness: NodeFairness, member: FairnessMember) -> Meter:
+    """What each piece of a block served to a peer costs: the owner's bytes sent, charged to the
+    tenant the peer named, and counted as its partition's demand (placement's input)."""
+
+    async def meter(request: BlockRequest, amount: int) -> None:
+        await fairness.fairness.acquire(request.tenant, "client_bytes", amount)
+        member.served_to_peer(request.bucket, request.key, request.index, request.tenant, amount)
+
+    return meter
 
 
 def held_bytes(store: BlockStore) -> dict[str, int]:
@@ -309,15 +363,25 @@ async def running_node(
             cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity, shared)
         load = _load(cache)
         secret = settings.cluster.secret if settings.cluster is not None else b""
+        board = shared.board if shared is not None else None
+        member = None
+        meter = None
+        if fairness is not None and cluster is not None:
+            member = FairnessMember(fairness, cluster, lambda: board_part(board, "fairness"),
+                                    board.directory if board is not None else None)
+            meter = _peer_meter(fairness, member)
         peer_api = PeerAPI(secret, cluster, cache.reads if cache is not None else None, load,
-                           body_timeout=settings.server.frontend.body_timeout)
+                           body_timeout=settings.server.frontend.body_timeout, fairness=member, meter=meter)
         if cluster is not None:
             start_task(stack, heartbeat_loop(cluster, load))
+        if member is not None and cluster is not None:
+            lock_dir = board.directory if board is not None and settings.server.workers > 1 else None
+            start_task(stack, loop_lock(lock_dir, fairness_loops(settings, tenants, cluster, member)))
         served = cache if cache is not None else lake
         s3 = S3Frontend(served, tenants, settings.server.frontend,
                         fairness=fairness.fairness if fairness is not None else None)
-        node = Node(settings, tenants, served, cache, cluster, s3, peer_api,
-                    board=shared.board if shared is not None else None, fairness=fairness)
+        node = Node(settings, tenants, served, cache, cluster, s3, peer_api, board=board, fairness=fairness,
+                    fair_member=member)
         if fairness is not None:
             start_task(stack, fairness_loop(node, fairness))
         if node.board is not None:
