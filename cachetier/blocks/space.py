@@ -17,20 +17,28 @@ Reads never ask it: a hit is a file read (``cachetier.blocks.files``). What it i
 - ``forget`` (a block deleted or found corrupt), ``set_capacity`` (evicts at once), ``usage``.
 - ``set_weights`` (tenant -> weight, for fair occupancy), ``held`` (tenant -> bytes held).
 
-Fair occupancy (``fair=True``, the default; ``policies.occupancy`` decides). Every committed
-block knows the tenants that hold it: the one that put it, then each tenant that hit it (reads
-come with their tenant), at most ``MAX_HOLDERS`` of them, first come (a later reader is carried
-free: 8 names of interned strings, one tuple and at most 8 per-tenant order entries a block). A
-block held by k tenants counts size/k for each of them (``policies.occupancy.split``, whole
-bytes), so the tenants' held bytes sum to the bytes stored, and a block many tenants read costs
-each little. When room is needed for a put, the tenant most over its weighted share of the
-capacity (among the tenants holding bytes and the one putting) loses its least recently (LRU) or
-least frequently (LFU) used block: one order per tenant, the tier's order restricted to the
-blocks it holds (a use moves the block in each holder's order). When nobody is over share, the
-tier's plain order decides, as with ``fair=False``, which keeps the accounting but always evicts
-in the plain order (the ablation without fair occupancy). Holders are not written to disk (no
-header change, no xattr a filesystem may lack): blocks found at start are unclaimed, charged to
-tenant ``"-"``, until a tenant hits them and takes them over.
+Fair occupancy (``fair=True``, the default; ``policies.occupancy`` decides):
+
+- Every committed block knows the tenants that hold it: the one that put it, then each tenant
+  that hit it (reads come with their tenant), at most ``MAX_HOLDERS``, first come (a later
+  reader is carried free).
+- A block held by k tenants counts size/k for each of them (``policies.occupancy.split``, in
+  whole bytes): so the tenants' held bytes sum to the bytes stored, and shares of the capacity
+  compare with them directly (counting the whole block for each would overbook the tier); a
+  block many tenants read costs each of them little.
+- When room is needed for a put, the tenant most over its weighted share of the capacity (among
+  the tenants holding bytes and the one putting) loses its least recently (LRU) or least
+  frequently (LFU) used block: one order per tenant, the tier's order restricted to the blocks
+  it holds (a use moves the block in each holder's order). When nobody is over share, the
+  tier's plain order decides. ``fair=False`` keeps the accounting and always evicts in the
+  plain order (the ablation without fair occupancy).
+- Holders are not written to disk (no header change, no xattr a filesystem may lack, no
+  syscall more a put): blocks found at start are unclaimed, charged to tenant ``"-"``, until a
+  tenant hits them and takes them over.
+- Cost, measured (2 shared cores, 4 MiB blocks, 8 tenants, a put with an eviction and a hit
+  report): 35-70 us a put, 1000 to 250k blocks, beside 6-18 us without tenants; a block's write
+  takes milliseconds. Memory: 180 (LRU) to 280 (LFU) bytes a block beyond the 130-230 before,
+  and 140 (LRU) to 500 (LFU) per further holder.
 
 It keeps its state in memory, rebuilt at open from the directory (``load``: each file's size,
 ordered by atime) and kept across restarts by stamping each used block's atime (``persist``,
