@@ -21,7 +21,8 @@ Fair occupancy (``fair=True``, the default; ``policies.occupancy`` decides):
 
 - Every committed block knows the tenants that hold it: the one that put it, then each tenant
   that hit it (reads come with their tenant), at most ``MAX_HOLDERS``, first come (a later
-  reader is carried free).
+  reader is carried free). A read reported before the block's commit reached the manager (two
+  workers' connections race) claims nothing: that tenant's next reported hit does.
 - A block held by k tenants counts size/k for each of them (``policies.occupancy.split``, in
   whole bytes): so the tenants' held bytes sum to the bytes stored, and shares of the capacity
   compare with them directly (counting the whole block for each would overbook the tier); a
