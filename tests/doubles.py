@@ -23,8 +23,8 @@ import asyncio
 import hashlib
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from contextlib import closing
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -294,6 +294,16 @@ def content(block_id: BlockId, size: int | None = None) -> bytes:
 def block(index: int) -> tuple[BlockId, bytes]:
     block_id = bid(index)
     return block_id, content(block_id, MiB)
+
+
+@contextmanager
+def as_tenant(tenant: str) -> Iterator[None]:
+    """Run the block stores' calls inside as ``tenant``'s request (``cachetier.context``)."""
+    token = current.set(RequestContext(tenant))
+    try:
+        yield
+    finally:
+        current.reset(token)
 
 
 # ---- lakes on disk -------------------------------------------------------------------------------

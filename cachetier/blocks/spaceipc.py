@@ -8,11 +8,16 @@ exited, or was killed mid-put), the server settles that writer's reservations fr
 mode 0600 (only the node's own user reaches it); requests are lines of text:
 
     H <pid>                       hello: the writer's process id             (no answer)
-    R <tier> <key> <size>         reserve                                    -> <answer> <evicted>
+    R <tier> <key> <size> <tenant>   reserve, for a put by tenant            -> <answer> <evicted>
     C <tier> <key> / A ... / F ...   commit, abort, forget                   (no answer)
-    U <tier> <key>:<n> ...        reads                                      (no answer)
+    U <tier> <tenant> <key>:<n> ...  the tenant's reads                      (no answer)
     S <tier> <capacity>           set the capacity                           -> <evicted>
     Q <tier>                      usage                 -> <used> <cap> <blocks> <headers> <stored>
+    O <tier>                      bytes held by tenant (occupancy)           -> <tenant>=<bytes> ...
+    W <tier> <tenant>=<weight> ...   set the tenants' weights (all of them)  (no answer)
+
+Tenant names are percent-encoded (no space, ``=`` or ``:`` in a line's words). The supervisor
+and its workers run the same code, so the protocol has no version.
 
 Only requests that answer wait for one, so reads and commits cost a worker one send each.
 Workers never ask on a hit. If the supervisor is gone, puts fail with OSError (the store keeps
@@ -25,10 +30,13 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Mapping
 from contextlib import suppress
 from typing import BinaryIO
+from urllib.parse import quote, unquote
 
-from cachetier.blocks.space import BUSY, FULL, OK, Grant, Space, Usage
+from cachetier.blocks.space import BUSY, FULL, NO_TENANT, OK, Grant, Space, Usage
+from policies import occupancy
 
 log = logging.getLogger("lakegate.space")
 
@@ -108,7 +116,7 @@ class SpaceServer:
     def _handle(self, words: list[str], owner: object) -> str | None:
         op, space = words[0], self.spaces[words[1]]
         if op == "R":
-            grant = space.reserve(words[2], int(words[3]), owner)
+            grant = space.reserve(words[2], int(words[3]), owner, unquote(words[4]))
             return f"{grant.answer} {grant.evicted}"
         if op == "C":
             space.commit(words[2], owner)
@@ -118,15 +126,19 @@ class SpaceServer:
             space.forget(words[2])
         elif op == "U":
             reads = {}
-            for item in words[2:]:
+            for item in words[3:]:
                 key, _, times = item.partition(":")
                 reads[key] = int(times)
-            space.used(reads)
+            space.used(reads, unquote(words[2]))
         elif op == "S":
             return str(space.set_capacity(int(words[2])))
         elif op == "Q":
             u = space.usage()
             return f"{u.used} {u.capacity} {u.blocks} {u.headers} {u.stored}"
+        elif op == "O":
+            return " ".join(f"{quote(tenant, safe='')}={size}" for tenant, size in space.held().items())
+        elif op == "W":
+            space.set_weights({unquote(t): float(w) for t, _, w in (item.partition("=") for item in words[2:])})
         else:
             raise ValueError(f"unknown request {op!r}")
         return None
@@ -204,8 +216,8 @@ class RemoteSpace:
         self.connection = connection
         self.tier = tier
 
-    def reserve(self, key: str, size: int) -> Grant:
-        answer, evicted = self.connection.ask(f"R {self.tier} {key} {size}")
+    def reserve(self, key: str, size: int, tenant: str = NO_TENANT) -> Grant:
+        answer, evicted = self.connection.ask(f"R {self.tier} {key} {size} {quote(tenant, safe='')}")
         return Grant(answer if answer in (OK, BUSY) else FULL, int(evicted))
 
     def commit(self, key: str) -> None:
@@ -217,10 +229,11 @@ class RemoteSpace:
     def forget(self, key: str) -> None:
         self.connection.send(f"F {self.tier} {key}")
 
-    def used(self, reads: dict[str, int]) -> None:
+    def used(self, reads: dict[str, int], tenant: str = NO_TENANT) -> None:
         items = [f"{key}:{times}" for key, times in reads.items()]
+        head = f"U {self.tier} {quote(tenant, safe='')} "
         for start in range(0, len(items), _READS_PER_LINE):
-            self.connection.send(f"U {self.tier} " + " ".join(items[start : start + _READS_PER_LINE]))
+            self.connection.send(head + " ".join(items[start : start + _READS_PER_LINE]))
 
     def set_capacity(self, capacity: int) -> int:
         (evicted,) = self.connection.ask(f"S {self.tier} {capacity}")
@@ -229,6 +242,16 @@ class RemoteSpace:
     def usage(self) -> Usage:
         used, capacity, blocks, headers, stored = self.connection.ask(f"Q {self.tier}")
         return Usage(int(used), int(capacity), int(blocks), int(headers), int(stored))
+
+    def held(self) -> dict[str, int]:
+        """Node-wide: every worker's tenants, as the supervisor's manager counts them."""
+        items = (word.partition("=") for word in self.connection.ask(f"O {self.tier}"))
+        return {unquote(tenant): int(size) for tenant, _, size in items}
+
+    def set_weights(self, weights: Mapping[str, float]) -> None:
+        checked = occupancy.checked_weights(weights)  # here: a bad one would end the connection
+        words = " ".join(f"{quote(t, safe='')}={w!r}" for t, w in checked.items())
+        self.connection.send(f"W {self.tier} {words}".rstrip())
 
     def persist(self) -> None:
         pass  # the server stamps uses

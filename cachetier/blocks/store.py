@@ -12,6 +12,11 @@ Contract, for every implementation:
 - Capacity is in bytes, may change at run time, and eviction (``"lru"`` or ``"lfu"``) keeps
   the store within it, one block at a time; the block just put is never its own victim. A
   block larger than the whole capacity is not stored.
+- Occupancy is tenant-fair (``fair=True``, the default; the rule is ``cachetier.blocks.space``'s
+  docstring): a block is held by the tenant of the request that put it
+  (``cachetier.context.current``) and by each that hit it, a block held by k tenants counting
+  size/k for each (``held_bytes``); when room is needed the tenant most over its weighted share
+  (``set_weights``) loses its least used block first. ``fair=False``: the plain order alone.
 - Methods are synchronous and thread-safe; asyncio callers use ``asyncio.to_thread``, except
   where an implementation says a method never waits: ``DiskBlockStore.get`` asks no one and
   takes no lock a writer holds (a file read and a checksum: fine inline for small blocks), and
@@ -33,15 +38,17 @@ import shutil
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from cachetier.blocks.files import BlockFiles, CorruptBlock, Identity, file_size
 from cachetier.blocks.ids import BlockId
-from cachetier.blocks.space import OK, DirectoryTaken, LocalSpace, Space, SpaceLike
+from cachetier.blocks.space import MAX_HOLDERS, OK, DirectoryTaken, LocalSpace, Space, SpaceLike
+from cachetier.context import current
 from cachetier.lake import FileRegion
+from policies import occupancy
 
 log = logging.getLogger("lakegate.blockstore")
 
@@ -83,6 +90,10 @@ class BlockStore(Protocol):
     def set_capacity(self, capacity_bytes: int) -> None: ...  # a smaller one evicts at once
 
     def used_bytes(self) -> int: ...  # bytes of block data, without headers
+
+    def held_bytes(self) -> dict[str, int]: ...  # tenant -> bytes it holds (shared blocks split)
+
+    def set_weights(self, weights: Mapping[str, float]) -> None: ...  # tenant -> weight (else 1.0)
 
     def check(self) -> list[str]: ...  # verify, repair, and return one line per problem
 
@@ -127,6 +138,8 @@ class DiskBlockStore(_Statistics):
     puts, so the eviction order sees this process's reads at once, other workers' within that
     interval. A put reserves room first (the manager evicts), writes a new file and renames it
     onto the block's name, then commits; see ``cachetier.blocks.files`` for what a crash leaves.
+
+    ``fair`` (tenant-fair eviction) is the own manager's; a shared one has its own setting.
     """
 
     def __init__(
@@ -138,6 +151,7 @@ class DiskBlockStore(_Statistics):
         space: SpaceLike | None = None,
         flush_interval: float = 1.0,
         scrub_rate: int = 0,
+        fair: bool = True,
     ) -> None:
         super().__init__()
         _policy_name(eviction)
@@ -145,14 +159,14 @@ class DiskBlockStore(_Statistics):
         self.files = BlockFiles(directory)
         self._owner = space is None
         if space is None:
-            own = Space(self.files, capacity_bytes, eviction)
+            own = Space(self.files, capacity_bytes, eviction, fair=fair)
             try:
                 self._count_evictions(own.load())
             except DirectoryTaken as exc:
                 raise BlockStoreError(str(exc)) from None
             space = LocalSpace(own)
         self.space: SpaceLike = space
-        self._reads: dict[str, int] = {}
+        self._reads: dict[str, dict[str, int]] = {}  # tenant -> key -> reads since the last report
         self._reads_lock = threading.Lock()
         # block files this store checked (or wrote), by their identity, for open_region
         self._verified: OrderedDict[str, Identity] = OrderedDict()
@@ -225,9 +239,12 @@ class DiskBlockStore(_Statistics):
                 self._verified.popitem(last=False)
 
     def _hit(self, key: str, counted: bool) -> None:
-        """Count a hit, and record it for the eviction order (reported in the next batch)."""
+        """Count a hit, and record it, with its tenant, for the eviction order and the tenants'
+        occupancy (reported in the next batch)."""
+        tenant = current.get().tenant
         with self._reads_lock:
-            self._reads[key] = self._reads.get(key, 0) + 1
+            reads = self._reads.setdefault(tenant, {})
+            reads[key] = reads.get(key, 0) + 1
         self._count("hits", counted)
 
     def put(self, block_id: BlockId, data: bytes) -> None:
@@ -239,7 +256,7 @@ class DiskBlockStore(_Statistics):
         # manager counts from the disk. No block ever reads back wrong.
         key = block_id.hex
         self.flush_reads()  # the manager's order sees this process's reads before it evicts
-        grant = self.space.reserve(key, file_size(len(data)))
+        grant = self.space.reserve(key, file_size(len(data)), current.get().tenant)
         self._count_evictions(grant.evicted)
         if grant.answer != OK:
             return  # too large, or another worker is writing the same block
@@ -284,6 +301,15 @@ class DiskBlockStore(_Statistics):
         usage = self.space.usage()
         return usage.stored - usage.headers  # blocks stored, not those being written
 
+    def held_bytes(self) -> dict[str, int]:
+        """Tenant -> bytes of block files it holds in this tier (node-wide where workers share
+        it), a block shared by k tenants counting size/k for each."""
+        self.flush_reads()  # this process's hits claim their blocks first
+        return self.space.held()
+
+    def set_weights(self, weights: Mapping[str, float]) -> None:
+        self.space.set_weights(weights)
+
     def check(self) -> list[str]:
         """Verify every block file (removing those that fail and files that are no block's),
         and, when this store owns its directory, rebuild the accounting from the disk and evict
@@ -314,15 +340,19 @@ class DiskBlockStore(_Statistics):
     def flush_reads(self) -> None:
         """Report the reads recorded since the last report to the space manager."""
         with self._reads_lock:
-            reads, self._reads = self._reads, {}
-        if reads:
+            pending, self._reads = self._reads, {}
+        while pending:
+            tenant, reads = next(iter(pending.items()))
             try:
-                self.space.used(reads)
+                self.space.used(reads, tenant)
             except OSError:
                 with self._reads_lock:  # kept for the next report
-                    for key, times in reads.items():
-                        self._reads[key] = self._reads.get(key, 0) + times
+                    for tenant, reads in pending.items():
+                        kept = self._reads.setdefault(tenant, {})
+                        for key, times in reads.items():
+                            kept[key] = kept.get(key, 0) + times
                 raise
+            del pending[tenant]
 
     def flush(self) -> None:
         """Report the reads, and (owning the directory) stamp the blocks' last use on disk."""
@@ -385,6 +415,7 @@ class _Entry:
     data: bytes
     used: int  # last put or get, for LRU
     reads: int = 0  # gets since the last put, for LFU
+    holders: tuple[str, ...] = ()  # the tenants holding it: the putter, then those that hit it
 
 
 # The twin's victim order for each policy name, matching cachetier.blocks.space's.
@@ -395,19 +426,23 @@ _MEMORY_ORDER: dict[str, Callable[[_Entry], tuple[int, ...]]] = {
 
 
 class MemoryBlockStore(_Statistics):
-    """The in-memory twin of ``DiskBlockStore``: same contract and eviction order; capacity
-    bounds block bytes alone (it has no index to pay for), and nothing can corrupt it."""
+    """The in-memory twin of ``DiskBlockStore``: same contract, eviction order and fair occupancy
+    (by a scan of every block per eviction: a twin for tests); capacity bounds block bytes alone
+    (it has no index to pay for), and nothing can corrupt it."""
 
-    def __init__(self, capacity_bytes: int, eviction: str = DEFAULT_EVICTION) -> None:
+    def __init__(self, capacity_bytes: int, eviction: str = DEFAULT_EVICTION, *, fair: bool = True) -> None:
         super().__init__()
         _policy_name(eviction)
         self._order = _MEMORY_ORDER[eviction]
+        self.fair = fair
         self._capacity = _checked_capacity(capacity_bytes)
         self._entries: dict[BlockId, _Entry] = {}
+        self._weights: dict[str, float] = {}
         self._clock = itertools.count()
         self._lock = threading.RLock()
 
     def get(self, block_id: BlockId, *, counted: bool = True) -> bytes | None:
+        tenant = current.get().tenant
         with self._lock:
             entry = self._entries.get(block_id)
             if entry is None:
@@ -415,16 +450,21 @@ class MemoryBlockStore(_Statistics):
                 return None
             entry.used = next(self._clock)
             entry.reads += 1
+            if tenant not in entry.holders and len(entry.holders) < MAX_HOLDERS:
+                entry.holders = (*entry.holders, tenant)
             self._count("hits", counted)
             return entry.data
 
     def put(self, block_id: BlockId, data: bytes) -> None:
         if len(data) > self._capacity:
             return
+        tenant = current.get().tenant
         with self._lock:
-            self._entries[block_id] = _Entry(bytes(data), used=next(self._clock))
+            old = self._entries.get(block_id)
+            holders = (tenant, *(h for h in (old.holders if old else ()) if h != tenant))[:MAX_HOLDERS]
+            self._entries[block_id] = _Entry(bytes(data), used=next(self._clock), holders=holders)
             self._count("puts")
-            self._evict_to_capacity(keep=block_id)
+            self._evict_to_capacity(keep=block_id, putting=tenant)
 
     def delete(self, block_id: BlockId) -> bool:
         with self._lock:
@@ -450,19 +490,40 @@ class MemoryBlockStore(_Statistics):
         with self._lock:
             return sum(len(entry.data) for entry in self._entries.values())
 
+    def held_bytes(self) -> dict[str, int]:
+        with self._lock:
+            return _held(self._entries.values())
+
+    def set_weights(self, weights: Mapping[str, float]) -> None:
+        checked = occupancy.checked_weights(weights)
+        with self._lock:
+            self._weights = checked
+
     def check(self) -> list[str]:
         return []
 
     def close(self) -> None:
         pass
 
-    def _evict_to_capacity(self, keep: BlockId | None = None) -> None:
+    def _evict_to_capacity(self, keep: BlockId | None = None, putting: str | None = None) -> None:
         while self.used_bytes() > self._capacity:
-            victims = [(self._order(e), i) for i, e in self._entries.items() if i != keep]
-            if not victims:
+            candidates = {i: e for i, e in self._entries.items() if i != keep}
+            if not candidates:
                 return
-            del self._entries[min(victims)[1]]
+            if self.fair:  # as the disk's manager decides, before the block put is counted
+                tenant = occupancy.victim_tenant(_held(candidates.values()), self._weights, self._capacity, putting)
+                theirs = {i: e for i, e in candidates.items() if tenant in e.holders}
+                candidates = theirs or candidates
+            del self._entries[min((self._order(e), i) for i, e in candidates.items())[1]]
             self._count("evictions")
+
+
+def _held(entries: Iterable[_Entry]) -> dict[str, int]:
+    held: dict[str, int] = {}
+    for entry in entries:
+        for tenant, part in zip(entry.holders, occupancy.split(len(entry.data), len(entry.holders))):
+            held[tenant] = held.get(tenant, 0) + part
+    return {tenant: size for tenant, size in held.items() if size}
 
 
 def _policy_name(eviction: str) -> str:

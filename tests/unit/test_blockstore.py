@@ -30,16 +30,18 @@ B = MiB
 MakeStore = Callable[..., BlockStore]
 
 
-@pytest.fixture(params=["disk", "memory"])
+# "-plain": without fair occupancy (fair=False), which must behave as the stores did before it
+@pytest.fixture(params=["disk", "memory", "disk-plain", "memory-plain"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeStore]:
     stores: list[BlockStore] = []
+    fair = not request.param.endswith("-plain")
 
     def make(capacity_bytes: int, eviction: str = "lru") -> BlockStore:
         store: BlockStore
-        if request.param == "disk":
-            store = DiskBlockStore(tmp_path / f"store{len(stores)}", capacity_bytes, eviction)
+        if request.param.startswith("disk"):
+            store = DiskBlockStore(tmp_path / f"store{len(stores)}", capacity_bytes, eviction, fair=fair)
         else:
-            store = MemoryBlockStore(capacity_bytes, eviction)
+            store = MemoryBlockStore(capacity_bytes, eviction, fair=fair)
         stores.append(store)
         return store
 
