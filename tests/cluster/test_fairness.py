@@ -1,0 +1,320 @@
+"""Tenant fairness (issue 12) across two real nodes over the real RGW: equal weights give equal
+service whatever the offered load, a tenant past its queue bound gets S3's 503 SlowDown while
+the others are served, a scan cannot flush another tenant's hot set, and weights 3:1 split the
+service 3:1, as the admin endpoint reports.
+
+The nodes' capacities are set small (LAKEGATE_NODE_REQUEST_RATE requests/s per node), so the
+scheduler is what limits service, never the CPU of this 2-core machine: the clients offer ten
+times more than the nodes serve. Served rates are counted by the clients, from their completed
+requests over a window after a warm-up; hit ratios from the nodes' per-tenant counters
+(/_lakegate/admin/stats, summed over the nodes). Clients are harness/clients.py's RawS3Client,
+one connection per closed-loop worker, on one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from harness.clients import RawS3Client, run_async
+from harness.cluster import LocalCluster
+from harness.endpoints import S3Endpoint, Target, Tenant
+from harness.units import KiB, MiB
+
+ALPHA = Tenant("alpha", "AKIDALPHA00000000001", "alpha-secret-0123456789", weight=1.0)
+BETA = Tenant("beta", "AKIDBETA000000000001", "beta-secret-01234567890", weight=1.0)
+GAMMA = Tenant("gamma", "AKIDGAMMA00000000001", "gamma-secret-0123456789", weight=3.0)  # 3x alpha
+
+REQUEST_RATE = 50  # requests/s each node serves (LAKEGATE_NODE_REQUEST_RATE)
+TENANT_QUEUE = 16  # requests a tenant may have queued on a node before SlowDown
+BLOCK = 1 * MiB
+CACHE = 16 * MiB  # each node's L1 and L2 (LAKEGATE_CACHE_CAPACITY, LAKEGATE_L2_CAPACITY)
+NODE_ENV = {
+    "LAKEGATE_ACCESS_LOG": "false",
+    "LAKEGATE_FAIRNESS": "all",
+    "LAKEGATE_NODE_REQUEST_RATE": str(REQUEST_RATE),
+    "LAKEGATE_TENANT_QUEUE": str(TENANT_QUEUE),
+    "LAKEGATE_BLOCK_SIZE": str(BLOCK),
+    "LAKEGATE_CACHE_CAPACITY": str(CACHE),
+    "LAKEGATE_L2_CAPACITY": str(CACHE),
+}
+WARMUP_S = 3.0
+WINDOW_S = 8.0
+SMALL = 1 * KiB
+SMALL_KEYS = [f"small-{i}" for i in range(8)]
+# the admin endpoint's fields per tenant (the issue's contract)
+TENANT_FIELDS = ("weight", "requests", "bytes_sent", "lake_bytes", "queue_delay_p99_s", "share", "cache_bytes")
+
+
+@pytest.fixture(scope="module")
+def cluster(rgw_target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Two clustered nodes with the tenants alpha, beta (weight 1) and gamma (weight 3), their
+    capacities small (NODE_ENV). CLUSTER_BASE_PORT picks the nodes' ports (default: any free)."""
+    base_port = os.environ.get("CLUSTER_BASE_PORT", "0")
+    nodes = LocalCluster(rgw_target.endpoint, nodes=2, tenants=(ALPHA, BETA, GAMMA), env=NODE_ENV,
+                         up_args=("--base-port", base_port), workdir=tmp_path_factory.mktemp("fairness"))
+    try:
+        yield nodes.up()
+    finally:
+        nodes.down()
+
+
+@pytest.fixture
+def small_objects(lake_s3: Any, bucket: str, cluster: LocalCluster) -> str:
+    """SMALL_KEYS in ``bucket``, each read once through every node (then they are hits)."""
+    for key in SMALL_KEYS:
+        lake_s3.put_object(Bucket=bucket, Key=key, Body=os.urandom(SMALL))
+    for node in cluster.node_ids:
+        client = cluster.client(node)
+        for key in SMALL_KEYS:
+            client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    return bucket
+
+
+# -- closed-loop load ----------------------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    """What one tenant's clients saw: completion times of the 200s, other answers, errors."""
+
+    done: list[float] = field(default_factory=list)
+    bytes: int = 0
+    other: list[str] = field(default_factory=list)  # non-200 answers, as "status code"
+    errors: list[str] = field(default_factory=list)  # exceptions (a reset connection, a timeout)
+
+    def in_window(self, start: float, end: float) -> int:
+        return sum(1 for t in self.done if start <= t < end)
+
+
+async def closed_loop(endpoint: S3Endpoint, bucket: str, keys: Sequence[str], until: float, served: Served,
+                      offset: int) -> None:
+    """GET ``keys`` in turn on one keep-alive connection, each as soon as the last is answered."""
+    async with RawS3Client(endpoint, max_connections=1, timeout=30.0) as client:
+        i = offset
+        while time.monotonic() < until:
+            try:
+                status, headers, body = await client.request("GET", client.url(bucket, keys[i % len(keys)]))
+            except (OSError, TimeoutError) as exc:
+                served.errors.append(repr(exc))
+                continue
+            finally:
+                i += 1
+            if status == 200:
+                served.done.append(time.monotonic())
+                served.bytes += len(body)
+            else:
+                served.other.append(f"{status} {error_code(body)}")
+
+
+def error_code(body: bytes) -> str:
+    start, end = body.find(b"<Code>"), body.find(b"</Code>")
+    return body[start + 6:end].decode(errors="replace") if 0 <= start < end else "?"
+
+
+def backlog(cluster: LocalCluster, bucket: str, connections: dict[Tenant, int],
+            seconds: float = WARMUP_S + WINDOW_S) -> tuple[dict[str, Served], float]:
+    """Each tenant's closed loops, ``connections[tenant]`` per node, for ``seconds``; what each
+    tenant saw and the monotonic time the load started."""
+    served = {tenant.name: Served() for tenant in connections}
+
+    async def main() -> float:
+        start = time.monotonic()
+        until = start + seconds
+        loops = [closed_loop(endpoint, bucket, SMALL_KEYS, until, served[tenant.name], i)
+                 for tenant, count in connections.items()
+                 for endpoint in cluster.endpoints(tenant)
+                 for i in range(count)]
+        await asyncio.gather(*loops)
+        return start
+
+    start = run_async(main())
+    return served, start
+
+
+def window_rates(served: dict[str, Served], start: float) -> dict[str, float]:
+    """Requests/s each tenant completed over the window after the warm-up."""
+    lo, hi = start + WARMUP_S, start + WARMUP_S + WINDOW_S
+    return {name: s.in_window(lo, hi) / WINDOW_S for name, s in served.items()}
+
+
+def describe(served: dict[str, Served], rates: dict[str, float]) -> str:
+    return "; ".join(f"{name}: {rates[name]:.1f} req/s, {len(s.other)} non-200 {sorted(set(s.other))[:3]}, "
+                     f"{len(s.errors)} errors {s.errors[:2]}" for name, s in served.items())
+
+
+# -- the tests -----------------------------------------------------------------------------------
+
+
+def test_equal_weights_get_equal_service_when_one_tenant_offers_four_times_the_load(
+    cluster: LocalCluster, small_objects: str
+) -> None:
+    served, start = backlog(cluster, small_objects, {ALPHA: 3, BETA: 12})
+    rates = window_rates(served, start)
+    print(f"equal weights, 4x load: {describe(served, rates)}")
+    assert all(not s.errors for s in served.values()), describe(served, rates)
+    low, high = min(rates.values()), max(rates.values())
+    assert low > 0 and low / high >= 0.9, f"served rates not within 10%: {describe(served, rates)}"
+    # the scheduler, not the CPU, was the bottleneck: the nodes served about their capacity
+    total, capacity = sum(rates.values()), REQUEST_RATE * len(cluster.node_ids)
+    assert total <= 1.2 * capacity, f"{total:.0f} req/s served, {capacity} the capacity: not enforced"
+    assert total >= 0.5 * capacity, f"{total:.0f} req/s served, {capacity} the capacity: not work-conserving"
+
+
+def test_a_tenant_over_its_queue_bound_gets_slowdown_and_the_other_tenant_is_served(
+    cluster: LocalCluster, small_objects: str
+) -> None:
+    node = cluster.endpoints(BETA)[0]
+    beta = Served()
+    slowdown_closes: list[bool] = []  # per SlowDown: whether the node closed the connection
+
+    async def one_beta(client: RawS3Client, key: str) -> None:
+        try:
+            status, headers, body = await client.request("GET", client.url(small_objects, key))
+        except (OSError, TimeoutError) as exc:  # a reset, a dropped connection: never
+            beta.errors.append(repr(exc))
+            return
+        if status == 200:
+            beta.done.append(time.monotonic())
+        else:
+            beta.other.append(f"{status} {error_code(body)}")
+            if status == 503:
+                slowdown_closes.append(headers.get("connection", "").lower() == "close")
+
+    async def flood() -> None:
+        """Rounds of 4x TENANT_QUEUE requests at once on one node, each on its own connection."""
+        clients = [RawS3Client(node, max_connections=1, timeout=30.0) for _ in range(4 * TENANT_QUEUE)]
+        try:
+            for _ in range(3):
+                await asyncio.gather(*(one_beta(c, SMALL_KEYS[i % len(SMALL_KEYS)]) for i, c in enumerate(clients)))
+            # the connections that got SlowDown still serve (or were closed cleanly and reopen)
+            await asyncio.gather(*(one_beta(c, SMALL_KEYS[0]) for c in clients[:TENANT_QUEUE // 2]))
+        finally:
+            for c in clients:
+                await c.aclose()
+
+    alpha = Served()
+
+    async def main() -> None:
+        flooding = asyncio.ensure_future(flood())
+        await asyncio.sleep(0.2)  # alpha arrives with beta's queue full
+        alpha_endpoint = cluster.endpoints(ALPHA)[0]
+        while not flooding.done():
+            await asyncio.gather(*(closed_loop(alpha_endpoint, small_objects, SMALL_KEYS, time.monotonic() + 0.5,
+                                               alpha, i) for i in range(2)))
+        await flooding
+
+    run_async(main())
+    report = (f"beta: {len(beta.done)} OK, {len(beta.other)} other {sorted(set(beta.other))}, errors {beta.errors[:3]}, "
+              f"{sum(slowdown_closes)} of {len(slowdown_closes)} 503s closed the connection; alpha: {len(alpha.done)} OK, "
+              f"other {alpha.other[:3]}, errors {alpha.errors[:3]}")
+    print(f"queue bound: {report}")
+    assert not beta.errors and not alpha.errors, f"a connection failed instead of an answer: {report}"
+    assert beta.other, f"beta went past its queue bound without a SlowDown: {report}"
+    assert set(beta.other) == {"503 SlowDown"}, f"beta's refusals are not all 503 SlowDown: {report}"
+    assert alpha.done and not alpha.other, f"alpha's requests did not all succeed: {report}"
+
+
+def test_a_scan_larger_than_the_cache_leaves_another_tenants_hot_set_cached(
+    cluster: LocalCluster, lake_s3: Any, bucket: str
+) -> None:
+    hot = [f"hot-{i}" for i in range(8)]  # beta's hot set: 8 one-block objects (half a store)
+    for key in hot:
+        lake_s3.put_object(Bucket=bucket, Key=key, Body=os.urandom(BLOCK))
+    scan_blocks = 6 * CACHE // BLOCK  # alpha's scan: 96 MiB, 1.5x all four stores of the cluster
+    lake_s3.put_object(Bucket=bucket, Key="scan", Body=os.urandom(scan_blocks * BLOCK))
+    per_hot = 8  # scan blocks read between two of beta's reads: its hot set's reuse distance is 9x
+
+    beta_ep, alpha_ep = cluster.endpoints(BETA)[0], cluster.endpoints(ALPHA)[0]  # all through node1
+    passes = 3
+
+    async def run(scan: bool, next_block: list[int]) -> None:
+        async with RawS3Client(beta_ep, max_connections=1) as beta, RawS3Client(alpha_ep, max_connections=1) as alpha:
+            for _ in range(passes):
+                for key in hot:
+                    status, received, _, _ = await beta.get(bucket, key)
+                    assert (status, received) == (200, BLOCK), f"beta GET {key}: {status}"
+                    for _ in range(per_hot if scan else 0):
+                        index = next_block[0] % scan_blocks
+                        next_block[0] += 1
+                        lo = index * BLOCK
+                        status, _, body = await alpha.request("GET", alpha.url(bucket, "scan"),
+                                                              headers={"range": f"bytes={lo}-{lo + BLOCK - 1}"})
+                        assert status == 206, f"alpha's scan GET block {index}: {status} {body[:200]!r}"
+
+    def beta_ratio(scan: bool, next_block: list[int]) -> tuple[float, int]:
+        before = cluster.totals([BETA]).get("lake_gets", 0)
+        run_async(run(scan, next_block))
+        lake_gets = cluster.totals([BETA]).get("lake_gets", 0) - before
+        reads = passes * len(hot)
+        return 1 - lake_gets / reads, lake_gets
+
+    next_block = [0]
+    run_async(run(False, next_block))  # warm: beta's hot set in the cache
+    solo, solo_gets = beta_ratio(False, next_block)
+    shared, shared_gets = beta_ratio(True, next_block)
+    report = (f"beta's hit ratio solo {solo:.2f} ({solo_gets} lake GETs), with alpha's scan {shared:.2f} "
+              f"({shared_gets} lake GETs); alpha read {next_block[0]} blocks")
+    print(f"scan: {report}")
+    assert solo > 0.5, f"the hot set is not cached even alone: {report}"
+    assert shared >= 0.9 * solo, f"alpha's scan flushed beta's hot set: {report}"
+
+
+def tenants_view(cluster: LocalCluster, node: str) -> dict[str, dict[str, Any]]:
+    """/_lakegate/admin/tenants of one node, as tenant name -> its fields (the document's
+    ``tenants`` member when it has one, a list of rows with ``name``, or the mapping itself)."""
+    doc = cluster.admin(node, "/_lakegate/admin/tenants")
+    if isinstance(doc, dict) and "tenants" in doc:
+        doc = doc["tenants"]
+    if isinstance(doc, list):
+        return {row.get("name") or row.get("tenant"): row for row in doc}
+    assert isinstance(doc, dict), f"/_lakegate/admin/tenants: {doc!r}"
+    return doc
+
+
+def summed(cluster: LocalCluster, names: Sequence[str], fields: Sequence[str]) -> dict[str, dict[str, float]]:
+    total = {name: {f: 0.0 for f in fields} for name in names}
+    for node in cluster.node_ids:
+        view = tenants_view(cluster, node)
+        for name in names:
+            for f in fields:
+                total[name][f] += float(view[name][f])
+    return total
+
+
+def test_weights_three_to_one_split_the_service_three_to_one_as_the_admin_endpoint_reports(
+    cluster: LocalCluster, small_objects: str
+) -> None:
+    names = [GAMMA.name, ALPHA.name]
+    served, start = backlog(cluster, small_objects, {GAMMA: 8, ALPHA: 8})
+    rates = window_rates(served, start)
+    print(f"weights 3:1: {describe(served, rates)}")
+    assert all(not s.errors and not s.other for s in served.values()), describe(served, rates)
+    ratio = rates[GAMMA.name] / max(rates[ALPHA.name], 1e-9)
+    assert 2.7 <= ratio <= 3.3, f"gamma/alpha served {ratio:.2f}, not 3 +-10%: {describe(served, rates)}"
+
+    # the admin endpoint: every field, per tenant and node; counts agree with the clients
+    for node in cluster.node_ids:
+        view = tenants_view(cluster, node)
+        for name in names:
+            missing = [f for f in TENANT_FIELDS if f not in view.get(name, {})]
+            assert not missing, f"{node} /_lakegate/admin/tenants {name} lacks {missing}: {view.get(name)}"
+            assert float(view[name]["queue_delay_p99_s"]) >= 0 and float(view[name]["cache_bytes"]) >= 0
+        weights = view[GAMMA.name]["weight"] / view[ALPHA.name]["weight"]
+        assert 2.7 <= weights <= 3.3, f"{node} weights gamma/alpha {weights:.2f}: {view}"
+    before = summed(cluster, names, ("requests", "bytes_sent"))
+    again, _ = backlog(cluster, small_objects, {GAMMA: 2, ALPHA: 2}, seconds=2.0)
+    time.sleep(0.5)  # the last answers are counted once sent
+    after = summed(cluster, names, ("requests", "bytes_sent"))
+    for name in names:
+        seen = again[name]
+        requests = after[name]["requests"] - before[name]["requests"]
+        sent = after[name]["bytes_sent"] - before[name]["bytes_sent"]
+        answered = len(seen.done) + len(seen.other)
+        assert abs(requests - answered) <= max(2, answered // 100), f"{name}: nodes counted {requests}, clients {answered}"
+        assert seen.bytes <= sent <= seen.bytes + len(seen.done) * 2 * KiB, f"{name}: sent {sent}, received {seen.bytes}"
