@@ -1,8 +1,8 @@
 """Tenant fairness (issue 12) across two real nodes over the real RGW: equal weights give equal
-service whatever the offered load, a tenant past its queue bound gets S3's 503 SlowDown while
-the others are served, a scan cannot flush another tenant's hot set, and weights 3:1 split the
-service 3:1, as the admin endpoint reports; with LAKEGATE_FAIRNESS=off (the control) the load
-decides the service instead.
+service whatever the offered load (and whatever the number of worker processes per node), a
+tenant past its queue bound gets S3's 503 SlowDown while the others are served, a scan cannot
+flush another tenant's hot set, and weights 3:1 split the service 3:1, as the admin endpoint
+reports; with LAKEGATE_FAIRNESS=off (the control) the load decides the service instead.
 
 The nodes' capacities are set small (LAKEGATE_NODE_REQUEST_RATE requests/s per node), so the
 scheduler is what limits service, never the CPU of this 2-core machine: the clients offer ten
@@ -10,7 +10,8 @@ times more than the nodes serve. Served rates are counted by the clients, from t
 requests over a window after a warm-up; hit ratios from the nodes' per-tenant counters
 (/_lakegate/admin/stats, summed over the nodes). Clients are harness/clients.py's RawS3Client,
 one connection per closed-loop worker, on one event loop. CLUSTER_BASE_PORT=P puts the nodes on
-ports P, P+1 (the control's on P+10, P+11) instead of any free ones.
+ports P, P+1 (the control's on P+10, P+11, the two-worker nodes' on P+20, P+21) instead of any
+free ones.
 """
 
 from __future__ import annotations
@@ -179,12 +180,31 @@ def test_equal_weights_get_equal_service_when_one_tenant_offers_four_times_the_l
     cluster: LocalCluster, small_objects: str
 ) -> None:
     rates = backlogged_rates(cluster, small_objects, {ALPHA: 3, BETA: 12}, "equal weights, 4x load")
+    assert_equal_service(rates, cluster)
+
+
+def assert_equal_service(rates: dict[str, float], cluster: LocalCluster) -> None:
     low, high = min(rates.values()), max(rates.values())
     assert low > 0 and low / high >= 0.9, f"served rates not within 10%: {rates}"
     # the scheduler, not the CPU, was the bottleneck: the nodes served about their capacity
     total, capacity = sum(rates.values()), REQUEST_RATE * len(cluster.node_ids)
     assert total <= 1.2 * capacity, f"{total:.0f} req/s served, {capacity} the capacity: not enforced"
     assert total >= 0.5 * capacity, f"{total:.0f} req/s served, {capacity} the capacity: not work-conserving"
+
+
+def test_equal_weights_get_equal_service_with_two_worker_processes_per_node(
+    rgw_target: Target, tmp_path_factory: pytest.TempPathFactory, lake_s3: Any, bucket: str
+) -> None:
+    """The node's capacity and its tenants' shares hold across its workers: the kernel spreads
+    the connections over them unevenly (SO_REUSEPORT), a tenant's few may all land on one."""
+    nodes = two_nodes(rgw_target, tmp_path_factory, {**NODE_ENV, "LAKEGATE_WORKERS": "2"}, port_offset=20)
+    try:
+        nodes.up()
+        rates = backlogged_rates(nodes, put_small_objects(lake_s3, bucket, nodes), {ALPHA: 3, BETA: 12},
+                                 "equal weights, 4x load, 2 workers per node")
+    finally:
+        nodes.down()
+    assert_equal_service(rates, nodes)
 
 
 @dataclass
