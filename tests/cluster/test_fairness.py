@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -48,6 +48,7 @@ NODE_ENV = {
     "LAKEGATE_CACHE_CAPACITY": str(CACHE),
     "LAKEGATE_L2_CAPACITY": str(CACHE),
 }
+FOUR_TO_ONE = {ALPHA: 3, BETA: 12}  # connections per node: beta offers 4x alpha's load
 WARMUP_S = 3.0
 WINDOW_S = 8.0
 SMALL = 1 * KiB
@@ -90,6 +91,24 @@ def put_small_objects(lake_s3: Any, bucket: str, cluster: LocalCluster) -> str:
 @pytest.fixture
 def small_objects(lake_s3: Any, bucket: str, cluster: LocalCluster) -> str:
     return put_small_objects(lake_s3, bucket, cluster)
+
+
+@pytest.fixture
+def own_nodes(rgw_target: Target, tmp_path_factory: pytest.TempPathFactory, lake_s3: Any,
+              bucket: str) -> Iterator[Callable[[dict[str, str], int], tuple[LocalCluster, str]]]:
+    """``own_nodes(env, port_offset)``: two nodes of the test's own with ``env``, up now, down
+    after the test, and ``bucket`` with the small objects read through them once."""
+    started: list[LocalCluster] = []
+
+    def start(env: dict[str, str], port_offset: int) -> tuple[LocalCluster, str]:
+        nodes = two_nodes(rgw_target, tmp_path_factory, env, port_offset)
+        started.append(nodes)
+        nodes.up()
+        return nodes, put_small_objects(lake_s3, bucket, nodes)
+
+    yield start
+    for nodes in started:
+        nodes.down()
 
 
 # -- closed-loop load ----------------------------------------------------------------------------
@@ -179,7 +198,7 @@ def backlogged_rates(cluster: LocalCluster, bucket: str, connections: dict[Tenan
 def test_equal_weights_get_equal_service_when_one_tenant_offers_four_times_the_load(
     cluster: LocalCluster, small_objects: str
 ) -> None:
-    rates = backlogged_rates(cluster, small_objects, {ALPHA: 3, BETA: 12}, "equal weights, 4x load")
+    rates = backlogged_rates(cluster, small_objects, FOUR_TO_ONE, "equal weights, 4x load")
     assert_equal_service(rates, cluster)
 
 
@@ -193,17 +212,12 @@ def assert_equal_service(rates: dict[str, float], cluster: LocalCluster) -> None
 
 
 def test_equal_weights_get_equal_service_with_two_worker_processes_per_node(
-    rgw_target: Target, tmp_path_factory: pytest.TempPathFactory, lake_s3: Any, bucket: str
+    own_nodes: Callable[[dict[str, str], int], tuple[LocalCluster, str]]
 ) -> None:
     """The node's capacity and its tenants' shares hold across its workers: the kernel spreads
     the connections over them unevenly (SO_REUSEPORT), a tenant's few may all land on one."""
-    nodes = two_nodes(rgw_target, tmp_path_factory, {**NODE_ENV, "LAKEGATE_WORKERS": "2"}, port_offset=20)
-    try:
-        nodes.up()
-        rates = backlogged_rates(nodes, put_small_objects(lake_s3, bucket, nodes), {ALPHA: 3, BETA: 12},
-                                 "equal weights, 4x load, 2 workers per node")
-    finally:
-        nodes.down()
+    nodes, bucket = own_nodes({**NODE_ENV, "LAKEGATE_WORKERS": "2"}, 20)
+    rates = backlogged_rates(nodes, bucket, FOUR_TO_ONE, "equal weights, 4x load, 2 workers per node")
     assert_equal_service(rates, nodes)
 
 
@@ -404,15 +418,10 @@ def test_weights_three_to_one_split_the_service_three_to_one_as_the_admin_endpoi
 
 
 def test_with_fairness_off_the_tenant_offering_four_times_the_load_gets_more(
-    rgw_target: Target, tmp_path_factory: pytest.TempPathFactory, lake_s3: Any, bucket: str
+    own_nodes: Callable[[dict[str, str], int], tuple[LocalCluster, str]]
 ) -> None:
     """The control of the first test (LAKEGATE_FAIRNESS=off): what it measures is the
     scheduler's doing, closed loops without it are served about as their concurrency."""
-    nodes = two_nodes(rgw_target, tmp_path_factory, {**NODE_ENV, "LAKEGATE_FAIRNESS": "off"}, port_offset=10)
-    try:
-        nodes.up()
-        rates = backlogged_rates(nodes, put_small_objects(lake_s3, bucket, nodes), {ALPHA: 3, BETA: 12},
-                                 "fairness off, 4x load")
-    finally:
-        nodes.down()
+    nodes, bucket = own_nodes({**NODE_ENV, "LAKEGATE_FAIRNESS": "off"}, 10)
+    rates = backlogged_rates(nodes, bucket, FOUR_TO_ONE, "fairness off, 4x load")
     assert rates[BETA.name] >= 2 * rates[ALPHA.name], f"fairness off, yet equal service: {rates}"
