@@ -120,7 +120,7 @@ class Node:
         if self.cache is not None:
             for store in self.cache.tiers().values():
                 capacity += store.capacity
-                for tenant, size in held_bytes(store).items():
+                for tenant, size in store.held_bytes().items():
                     held[tenant] = held.get(tenant, 0) + size
         return self.fairness.tenants_json(self.others("fairness"), held, capacity)
 
@@ -193,11 +193,16 @@ async def open_cluster(stack: contextlib.AsyncExitStack, settings: ClusterSettin
 
 def open_store(
     stack: contextlib.AsyncExitStack, directory: Path, capacity: int, settings: CacheSettings,
-    space: RemoteSpace | None = None,
+    space: RemoteSpace | None = None, weights: Mapping[str, float] | None = None,
 ) -> BlockStore:
-    """A tier's store; with ``space``, one whose capacity (and scrub) the node's space manager keeps."""
-    store = DiskBlockStore(directory, capacity, settings.eviction, space=space, scrub_rate=settings.scrub_rate)
+    """A tier's store; with ``space``, one whose capacity (and scrub) the node's space manager
+    keeps. With ``weights`` (tenant -> weight), evictions are tenant-fair (a tenant over its
+    weighted share of the bytes is evicted from first); without, plain LRU/LFU."""
+    store = DiskBlockStore(directory, capacity, settings.eviction, space=space, scrub_rate=settings.scrub_rate,
+                           fair=weights is not None)
     stack.callback(store.close)
+    if weights is not None:
+        store.set_weights(weights)  # node-wide through the space manager: every worker sets the same
     return store
 
 
@@ -209,6 +214,7 @@ async def open_cache(
     cluster: Cluster | None = None,
     l2_capacity: int = 0,
     shared: Shared | None = None,
+    weights: Mapping[str, float] | None = None,
 ) -> CachedLake:
     """The block cache in front of ``lake``: L1 under ``directory/l1``; in a cluster, also this
     node's share of L2 under ``directory/l2``; shared with the node's other workers through
@@ -217,10 +223,10 @@ async def open_cache(
     def space(tier: str) -> RemoteSpace | None:
         return RemoteSpace(shared.space, tier) if shared is not None else None
 
-    l1 = open_store(stack, settings.directory / "l1", settings.l1_capacity, settings, space("l1"))
+    l1 = open_store(stack, settings.directory / "l1", settings.l1_capacity, settings, space("l1"), weights)
     l2 = None
     if cluster is not None:
-        l2 = open_store(stack, settings.directory / "l2", l2_capacity, settings, space("l2"))
+        l2 = open_store(stack, settings.directory / "l2", l2_capacity, settings, space("l2"), weights)
     generations = shared.generations if shared is not None else None
     reads = ReadPath(lake, l1, counters, settings.read, clock=time.monotonic, l2=l2, cluster=cluster,
                      generations=generations)
@@ -322,12 +328,6 @@ def _peer_meter(fairness: NodeFairness, member: FairnessMember) -> Meter:
     return meter
 
 
-def held_bytes(store: BlockStore) -> dict[str, int]:
-    """Bytes of ``store`` each tenant holds (stores without tenant accounting: none)."""
-    held = getattr(store, "held_bytes", None)
-    return dict(held()) if held is not None else {}
-
-
 def _load(cache: CachedLake | None) -> Callable[[], dict[str, float]]:
     """What this node's heartbeats tell peers: the host's load and the cache's fill."""
 
@@ -360,7 +360,8 @@ async def running_node(
             if settings.cluster is not None:
                 cluster = await open_cluster(stack, settings.cluster)
             l2_capacity = settings.cluster.l2_capacity if settings.cluster is not None else 0
-            cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity, shared)
+            weights = {t.name: t.weight for t in tenants.tenants} if settings.fairness.occupancy else None
+            cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity, shared, weights)
         load = _load(cache)
         secret = settings.cluster.secret if settings.cluster is not None else b""
         board = shared.board if shared is not None else None

@@ -96,7 +96,7 @@ def open_spaces(stack: ExitStack, settings: Settings) -> SpaceServer | None:
         capacities["l2"] = settings.cluster.l2_capacity
     spaces = {}
     for tier, capacity in capacities.items():
-        space = Space(BlockFiles(cache.directory / tier), capacity, cache.eviction)
+        space = Space(BlockFiles(cache.directory / tier), capacity, cache.eviction, fair=settings.fairness.occupancy)
         evicted = space.load()
         usage = space.usage()
         log.info("%s: %d blocks, %d bytes of %d%s", tier.upper(), usage.blocks, usage.used, capacity,

@@ -18,6 +18,8 @@ decision types:
 - ``admission``: which objects the cache takes in by size (reads, write-through PUTs).
 - ``fairness``: which tenant's queued work a node serves next (weighted DRR per resource:
   requests, client bytes, lake bytes; node token buckets; optional per-tenant hard limits).
+- ``occupancy``: tenant-fair cache occupancy: each tenant's weighted share of a full store, and
+  which tenant is evicted from first (the one most over its share; a shared block split k ways).
 - ``retry``: whether a lake request is sent again and after how long (jittered backoff; the
   caller draws the random number and sleeps).
 """

@@ -43,10 +43,11 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             await super().aclose()
 
     class Store(MemoryBlockStore):
-        def __init__(self, directory: Path, capacity: int, eviction: str, space: object = None, scrub_rate: int = 0) -> None:
+        def __init__(self, directory: Path, capacity: int, eviction: str, space: object = None, scrub_rate: int = 0,
+                     fair: bool = True) -> None:
             if (directory / "fail").exists():
                 raise BlockStoreError(f"cannot open {directory}")
-            super().__init__(capacity, eviction)
+            super().__init__(capacity, eviction, fair=fair)
             self.name = directory.name
 
         def close(self) -> None:
