@@ -32,7 +32,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import random
+import signal
 import sys
 import time
 import zlib
@@ -224,6 +226,10 @@ class CpuWindow:
         self.result: dict[str, float] = {}
 
     @staticmethod
+    def _busy(t: Any) -> float:
+        return float(t.user + t.system + t.nice + getattr(t, "irq", 0) + getattr(t, "softirq", 0))
+
+    @staticmethod
     def _ours_now(pids: list[int]) -> float:
         import psutil
 
@@ -247,14 +253,14 @@ class CpuWindow:
         import psutil
 
         machine, seconds = psutil.cpu_times(), time.monotonic() - self._at
-        busy = lambda t: t.user + t.system + t.nice + getattr(t, "irq", 0) + getattr(t, "softirq", 0)  # noqa: E731
         total = sum(machine) - sum(self._machine)
         cores = psutil.cpu_count() or 1
         self.result = {
-            "machine_busy_fraction": rounded((busy(machine) - busy(self._machine)) / total if total else float("nan")),
+            "machine_busy_fraction": rounded((self._busy(machine) - self._busy(self._machine)) / total if total else float("nan")),
             "ours_cores": rounded((self._ours_now(self._pids) - self._ours) / seconds),
             "load_generator_cores": rounded((time.process_time() - self._driver) / seconds),
             "cores": cores,
+            "loadavg_1m": rounded(os.getloadavg()[0], 2),
         }
         self.result["benchmark_cores"] = rounded(self.result["ours_cores"] + self.result["load_generator_cores"])
 
@@ -316,7 +322,10 @@ class Bench:
         finally:
             nodes.down()
         result = summarise(loads, served, warmup, warmup + measure)
-        result |= {"mode": mode, "cpu": cpu.result, "gateway_tenants": gateway_view, "cache_per_tenant": cache}
+        result |= {"mode": mode, "cpu": cpu.result, "cache_per_tenant": cache,
+                   "gateway_min_max_ratio": {n: v.get("min_max_ratio") if isinstance(v, dict) else None
+                                             for n, v in gateway_view.items()},
+                   "gateway_tenants": gateway_view}
         if len(lake_link) == 2:
             result["lake_link_bytes"] = lake_link[1] - lake_link[0]
             result["lake_link_MBps"] = rounded((lake_link[1] - lake_link[0]) / measure / MB)
@@ -326,7 +335,7 @@ class Bench:
         return result
 
 
-def admin_tenants(nodes: LocalCluster) -> dict[str, Any] | None:
+def admin_tenants(nodes: LocalCluster) -> dict[str, Any]:
     """GET /_lakegate/admin/tenants of every node (None where a node has no such endpoint yet)."""
     out: dict[str, Any] = {}
     for node_id in nodes.node_ids:
@@ -337,9 +346,9 @@ def admin_tenants(nodes: LocalCluster) -> dict[str, Any] | None:
     return out
 
 
-def cache_per_tenant(nodes: LocalCluster) -> dict[str, dict[str, int]]:
+def cache_per_tenant(nodes: LocalCluster) -> dict[str, dict[str, float]]:
     """Each tenant's cache counters (hits, misses, lake bytes, ...) summed over the nodes."""
-    total: dict[str, dict[str, int]] = {}
+    total: dict[str, dict[str, float]] = {}
     for node_id in nodes.node_ids:
         per_tenant = (nodes.admin_stats(node_id).get("cache") or {}).get("per_tenant") or {}
         for name, counters in per_tenant.items():
@@ -361,11 +370,12 @@ def summarise(loads: Sequence[Load], served: dict[str, Served], start: float, en
         window = [c for c in got.completions if start <= c.at < end]
         bins[name] = bin_completions(window, start, end)
         latencies = [c.latency for c in window]
-        rps, bps = len(window) / seconds, sum(c.bytes for c in window) / seconds
+        served_rps, served_bps = len(window) / seconds, sum(c.bytes for c in window) / seconds
         per_tenant[name] = {
             "weight": load.tenant.weight, "clients_per_node": load.spread, "requests": len(window),
-            "rps": rounded(rps), "MBps": rounded(bps / MB), "rps_per_weight": rounded(rps / load.tenant.weight),
-            "MBps_per_weight": rounded(bps / MB / load.tenant.weight),
+            "rps": rounded(served_rps), "MBps": rounded(served_bps / MB),
+            "rps_per_weight": rounded(served_rps / load.tenant.weight),
+            "MBps_per_weight": rounded(served_bps / MB / load.tenant.weight),
             "p50_ms": rounded(percentile(latencies, 50) * 1000), "p99_ms": rounded(percentile(latencies, 99) * 1000),
             "slowdowns": got.slowdowns, "errors": got.errors,
             "bins_rps": list(bins[name].requests), "bins_MBps": [rounded(b / MB) for b in bins[name].bytes],
@@ -398,6 +408,8 @@ def ablation(bench: Bench, data: DataSet) -> dict[str, Any]:
             "hot_partition_tenants": [f"t{i}" for i in range(len(data.small) // 2)],
             "mmr_requests": {m: r["mmr_requests"] for m, r in modes.items()},
             "mmr_bytes": {m: r["mmr_bytes"] for m, r in modes.items()},
+            "mmr_gain_over_previous_mode": {m: rounded(modes[m]["mmr_requests"] - modes[p]["mmr_requests"])
+                                            for p, m in itertools.pairwise(MODES)},
             "total_rps": {m: r["total"]["rps"] for m, r in modes.items()},
             "modes": modes}
 
@@ -407,11 +419,12 @@ WEIGHT_CLASSES = {"100x": (100.0,), "10x": (10.0, 10.0, 10.0), "1x": (1.0, 1.0, 
 
 def weighted(bench: Bench, data: DataSet) -> dict[str, Any]:
     """Phase 2: weights 100 / 10 / 1 (8 tenants), fairness all; clients on every node."""
-    loads, classes = [], {}
+    loads: list[Load] = []
+    classes: dict[str, list[str]] = {}
     index = 0
-    for cls, weights in WEIGHT_CLASSES.items():
+    for cls, class_weights in WEIGHT_CLASSES.items():
         classes[cls] = []
-        for w in weights:
+        for w in class_weights:
             per_node = max(2, bench.args.clients // 2) if w < 100 else bench.args.clients
             t = tenant(f"w{index}-{cls}", 100 + index, weight=w)
             loads.append(Load(t, data.small[index], [per_node] * NODES))
@@ -537,7 +550,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--objects", type=int, default=200, help="32 KiB objects per tenant")
     p.add_argument("--scan-objects", type=int, default=256, help="1 MiB objects the scanner reads")
     p.add_argument("--pair-big-objects", type=int, default=12, help="1 MiB objects of the bandwidth-bound tenant")
-    p.add_argument("--request-rate", type=float, default=100.0, help="LAKEGATE_NODE_REQUEST_RATE (req/s per node)")
+    p.add_argument("--request-rate", type=float, default=80.0, help="LAKEGATE_NODE_REQUEST_RATE (req/s per node)")
     p.add_argument("--send-mbps", type=float, default=6.0, help="LAKEGATE_NODE_SEND_RATE in MB/s per node")
     p.add_argument("--lake-mbps", type=float, default=8.0, help="LAKEGATE_LAKE_BANDWIDTH in MB/s (link: +15%%)")
     p.add_argument("--tenant-queue", type=int, default=32, help="LAKEGATE_TENANT_QUEUE")
@@ -563,6 +576,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     exit_on_signals()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C tears down even when started in the background
     started = time.monotonic()
     net: ShapedNetwork | None = None
     lake_mbit = args.lake_mbps * 8 * 1.15

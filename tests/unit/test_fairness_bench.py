@@ -102,3 +102,21 @@ def test_targets_met_and_missed() -> None:
     assert Target("p99", 1.5, 2.0, False).as_dict() == {"value": 1.5, "max": 2.0, "met": True}
     assert not Target("p99", float("nan"), 2.0, False).met
     assert Target("x", float("nan"), 1.0, True).as_dict()["value"] is None
+
+
+def test_a_runs_summary_per_tenant_and_overall() -> None:
+    from benchmarks.fairness import Load, Served, summarise, tenant
+
+    a, b = tenant("a", 1, weight=1.0), tenant("b", 2, weight=2.0)
+    loads = [Load(a, ["k"], [1, 0, 0]), Load(b, ["k"], [0, 1, 1])]
+    served = {
+        "a": Served([Completion(0.5, 99, 9.0)] + [Completion(1 + i / 10, 100, 0.01) for i in range(20)]),
+        "b": Served([Completion(1 + i / 20, 100, 0.02) for i in range(40)], slowdowns=3, errors={"500": 1}),
+    }
+    out = summarise(loads, served, start=1.0, end=3.0)  # a's warm-up completion at 0.5 s is left out
+    assert out["per_tenant"]["a"]["rps"] == 10.0 and out["per_tenant"]["b"]["rps"] == 20.0
+    assert out["per_tenant"]["a"]["bins_rps"] == [10, 10]
+    assert out["per_tenant"]["b"]["rps_per_weight"] == 10.0
+    assert out["mmr_requests"] == 1.0 and out["mmr_per_second"] == {"median": 1.0, "min": 1.0}
+    assert out["per_tenant"]["a"]["p99_ms"] == 10.0
+    assert out["total"] == {"rps": 30.0, "MBps": 0.003, "slowdowns": 3, "errors": 1}
