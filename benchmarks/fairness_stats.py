@@ -47,11 +47,13 @@ class Zipf:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """One request that completed: when (seconds since the run began), body bytes, latency."""
+    """One request that completed: when (seconds since the run began), body bytes, latency, and
+    the node (index) that answered it."""
 
     at: float
     bytes: int
     latency: float
+    node: int = 0
 
 
 @dataclass(frozen=True, slots=True)

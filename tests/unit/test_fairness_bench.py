@@ -120,3 +120,12 @@ def test_a_runs_summary_per_tenant_and_overall() -> None:
     assert out["mmr_requests"] == 1.0 and out["mmr_per_second"] == {"median": 1.0, "min": 1.0}
     assert out["per_tenant"]["a"]["p99_ms"] == 10.0
     assert out["total"] == {"rps": 30.0, "MBps": 0.003, "slowdowns": 3, "errors": 1}
+
+
+def test_a_runs_summary_per_node() -> None:
+    from benchmarks.fairness import Load, Served, summarise, tenant
+
+    a = tenant("a", 1)
+    done = [Completion(1.0 + i / 10, 1000, 0.01, node=i % 2) for i in range(10)]
+    out = summarise([Load(a, ["k"], [1, 1, 0])], {"a": Served(done)}, start=1.0, end=2.0)
+    assert {n: v["rps"] for n, v in out["per_node"].items()} == {"node1": 5.0, "node2": 5.0, "node3": 0.0}
