@@ -373,6 +373,18 @@ class RawS3Client(S3ClientBase):
         status, _, received = await self._exchange("GET", self.url(bucket, key), {}, None, sink)
         return status, received, digest.hexdigest() if digest else None, b"".join(kept) if kept is not None else None
 
+    async def get_with_prefix(self, bucket: str, key: str, keep: int = 1024) -> tuple[int, int, bytes]:
+        """GET and discard the body but its first ``keep`` bytes: (status, body bytes, prefix),
+        e.g. to tell an S3 error's code (503 SlowDown) from a data body without keeping it."""
+        prefix = bytearray()
+
+        def sink(view: memoryview) -> None:
+            if len(prefix) < keep:
+                prefix.extend(view[: keep - len(prefix)])
+
+        status, _, received = await self._exchange("GET", self.url(bucket, key), {}, None, sink)
+        return status, received, bytes(prefix)
+
     async def timed_get(self, bucket: str, key: str, *, sha256: bool = False,
                         headers: dict[str, str] | None = None) -> TimedGet:
         """One GET timed from just before its request bytes are sent to the first body byte
