@@ -141,6 +141,20 @@ def _amounts(doc: object) -> Amounts:
     return {str(t): {str(r): float(v) for r, v in row.items()} for t, row in doc.items()}
 
 
+def wants(served: Mapping[str, float], wanted: Mapping[str, float], capacity: Mapping[str, float],
+          seconds: float) -> dict[str, float]:
+    """What a tenant asks of each resource, for the allocators: what it wanted, except that a
+    tenant left waiting (it wanted more than it was served) wants all of a finite resource. A
+    closed-loop client's queue is its number of connections, which says nothing of how much more
+    it would take: only that it is backlogged, i.e. more than any share it is given."""
+    asked = {}
+    for resource, amount in wanted.items():
+        total = capacity.get(resource, math.inf)
+        backlogged = amount > served.get(resource, 0.0) * 1.001 + 1e-9
+        asked[resource] = max(amount, total * seconds) if backlogged and math.isfinite(total) else amount
+    return asked
+
+
 def dominant(amounts: Mapping[str, float], capacity: Mapping[str, float]) -> float:
     """Seconds of the node's capacity ``amounts`` take, on their most used finite resource
     (0.0 when every resource they use is unlimited)."""
@@ -184,12 +198,16 @@ class NodeFairness:
         caps = {t: {r: v / n for r, v in c.items()} for t, c in self.global_limits.items()}
         self.state = NodeState(dict(self.global_weights), lake, caps)
         self._state_stamp = 0
-        self._part = 1.0 / self.workers  # this worker's part of the node's capacity
+        # this worker's part of the node (capacity per resource, weights, caps): 1/N of each
+        # until the workers' demand is known, then ``policies.allocation.divide``
+        self._capacity = self._even(self.capacity())
+        self._weights = dict(self.state.weights)
+        self._limits = {t: self._even(caps) for t, caps in self.state.limits.items()}
         self.clock = clock
-        queue = FairQueue(self._scaled_capacity(), max_queued=settings.tenant_queue)
+        queue = FairQueue(self._capacity, max_queued=settings.tenant_queue)
         self.fairness = Fairness(queue, clock=clock)
-        self.fairness.set_weights(self.state.weights)
-        self.fairness.set_limits(self._scaled_limits())
+        self.fairness.set_weights(self._weights)
+        self.fairness.set_limits(self._limits)
         self.totals = Totals()  # this worker's, since start
         self.recent: deque[Totals] = deque(maxlen=_RECENT)  # this worker's last windows
 
@@ -200,15 +218,13 @@ class NodeFairness:
         lake = self.state.lake_capacity
         return {**self.node_capacity, "lake_bytes": lake if lake is not None else math.inf}
 
-    def _scaled_capacity(self) -> dict[str, float]:
-        return {r: v * self._part for r, v in self.capacity().items()}
-
-    def _scaled_limits(self) -> dict[str, dict[str, float]]:
-        return {t: {r: v * self._part for r, v in caps.items()} for t, caps in self.state.limits.items()}
+    def _even(self, amounts: Mapping[str, float]) -> dict[str, float]:
+        return {r: v / self.workers for r, v in amounts.items()}
 
     def _retune(self) -> None:
-        self.fairness.set_capacity(self._scaled_capacity())
-        self.fairness.set_limits(self._scaled_limits())
+        self.fairness.set_capacity(self._capacity)
+        self.fairness.set_weights(self._weights)
+        self.fairness.set_limits(self._limits)
 
     # ---- the node's state, set by the leader ----------------------------------------------
 
@@ -231,7 +247,9 @@ class NodeFairness:
         weights = dict(self.global_weights)
         weights.update({t: w for t, w in state.weights.items() if t in weights and w > 0})
         self.state = NodeState(weights, state.lake_capacity, state.limits, state.epoch, state.leader)
-        self.fairness.set_weights(weights)
+        self._capacity = self._even(self.capacity())  # until the next division by demand
+        self._weights = dict(weights)
+        self._limits = {t: self._even(caps) for t, caps in state.limits.items()}
         self._retune()
 
     # ---- every second ---------------------------------------------------------------------
@@ -264,17 +282,41 @@ class NodeFairness:
             self._use(state)
 
     def _split_by_demand(self, window: Totals, others: Sequence[Mapping[str, object]]) -> None:
-        """This worker's part of the node: split by the workers' demand in their last window,
-        max-min with a floor (``policies.allocation.split``), so the parts sum to the node."""
-        capacity = self.capacity()
-        demand = {"": sum(dominant(row, capacity) for row in window.wanted.values())}
+        """This worker's part of the node, from every worker's demand in its last window
+        (``policies.allocation.divide``): per finite resource, the capacity that serves each
+        tenant here its node-wide weighted share in proportion to its demand here, and local
+        weights from the busiest such resource; each cap split by the tenant's demand."""
+        windows = {"": window}
         for i, doc in enumerate(others):
-            last = Totals.from_doc(doc.get("window"))
-            demand[str(i + 1)] = sum(dominant(row, capacity) for row in last.wanted.values())
-        part = 1.0 / self.workers if sum(demand.values()) <= 0 else allocation.split(1.0, demand)[""]
-        if abs(part - self._part) > 1e-3:
-            self._part = part
-            self._retune()
+            windows[str(i + 1)] = Totals.from_doc(doc.get("window"))
+        capacity = self.capacity()
+        seconds = 1.0  # windows are the one-second ticks
+        busiest, load = None, 0.0
+        parts = {}
+        for resource, total in capacity.items():
+            if not math.isfinite(total):
+                continue
+            demand = {part: {t: wants(w.served.get(t, {}), row, capacity, seconds).get(resource, 0.0) / seconds
+                             for t, row in w.wanted.items()} for part, w in windows.items()}
+            division = allocation.divide(total, demand, self.state.weights)
+            parts[resource] = division[""]
+            wanted = sum(sum(d.values()) for d in demand.values()) / total
+            if wanted > load:
+                busiest, load = resource, wanted
+        if not parts:
+            return
+        self._capacity = {r: parts[r].capacity if r in parts else v for r, v in capacity.items()}
+        if busiest is not None:  # as many units as the node's weights, so a tenant unnamed (weight 1) fits in
+            weights = {t: w for t, w in parts[busiest].weights.items() if w > 0}
+            scale = sum(self.state.weights.values()) / (sum(weights.values()) or 1.0)
+            self._weights = {t: w * scale for t, w in weights.items()}
+        limits = {}
+        for tenant, caps in self.state.limits.items():
+            demand_of = {part: w.wanted.get(tenant, {}) for part, w in windows.items()}
+            limits[tenant] = {r: allocation.split(cap, {p: d.get(r, 0.0) for p, d in demand_of.items()})[""]
+                              for r, cap in caps.items()}
+        self._limits = limits
+        self._retune()
 
     # ---- what the board carries, and the node's view ---------------------------------------
 
@@ -305,7 +347,11 @@ class NodeFairness:
                      cache_capacity: int) -> dict[str, object]:
         """``/_lakegate/admin/tenants``: per tenant on this node, and the node's min-max ratio."""
         own = self.fairness.snapshot()
-        totals = self.node_totals(others)
+        totals = Totals(  # this worker's live counts (its totals lag by up to a tick), and the others'
+            {t: {"requests": st.requests, "client_bytes": st.client_bytes, "lake_bytes": st.lake_bytes}
+             for t, st in own.items()}, {}, {t: st.refused for t, st in own.items() if st.refused})
+        for doc in others:
+            totals.add(Totals.from_doc(doc.get("totals")))
         recent = self.node_totals(others, "recent")
         queued: dict[str, int] = {t: s.queued for t, s in own.items()}
         delays: dict[str, list[int]] = {t: _counts(s) for t, s in own.items()}

@@ -35,7 +35,7 @@ from pathlib import Path
 from cachetier.cluster import wire
 from cachetier.cluster.node import Cluster
 from cachetier.cluster.ring import partition_of
-from gateway.admission import NodeFairness, NodeState
+from gateway.admission import NodeFairness, NodeState, wants
 
 log = logging.getLogger("lakegate.fairness")
 
@@ -98,10 +98,12 @@ class FairnessMember:
         for doc in others:
             _add(partitions, _partition_doc(doc.get("partitions")))
         busiest = dict(sorted(partitions.items(), key=lambda item: -sum(item[1].values()))[:wire.MAX_PARTITIONS])
-        capacity = {r: (v if math.isfinite(v) else 0.0) for r, v in self.fairness.capacity().items()}
+        node_capacity = self.fairness.capacity()
+        capacity = {r: (v if math.isfinite(v) else 0.0) for r, v in node_capacity.items()}
+        wanted = {t: wants(recent.served.get(t, {}), row, node_capacity, window) for t, row in recent.wanted.items()}
         return wire.DemandReport(
             node=self.cluster.me.id, sequence=next(self._sequence), window_s=float(window),
-            served=recent.served, wanted=recent.wanted, capacity=capacity,
+            served=recent.served, wanted=wanted, capacity=capacity,
             weights=dict(self.fairness.state.weights), partitions=busiest,
             ring_version=self.cluster.membership.ring.version,
         )

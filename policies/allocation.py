@@ -251,3 +251,48 @@ def _known(wants: Mapping[str, float], global_weights: Mapping[str, float], node
 def _spread(ratios: Mapping[str, float]) -> float:
     """How far the tenants are from their fair shares, each counted alike whatever its weight."""
     return sum((ratio - 1.0) ** 2 for ratio in ratios.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Division:
+    """One part's (a worker's) capacity and the local weights that serve each tenant its target."""
+
+    capacity: float
+    weights: dict[str, float]
+
+
+def divide(
+    capacity: float, demand: Mapping[str, Mapping[str, float]], weights: Mapping[str, float], *,
+    floor: float = 0.05, idle_weight: float = 1e-3,
+) -> dict[str, Division]:
+    """A node's ``capacity`` divided among its parts (worker processes), which, unlike nodes,
+    can trade capacity freely: ``demand`` is part -> tenant -> demand (units of capacity).
+
+    Each tenant's target is its weighted max-min share of the whole node (``service`` over its
+    total demand), spread over the parts in proportion to its demand there; a part's capacity is
+    the sum of its tenants' targets there, and its local weights are those targets, so a part's
+    own weighted max-min gives each tenant its target (it never wants less there). So where a
+    tenant's connections landed does not change what it gets from the node. Every part keeps at
+    least ``floor * capacity / parts`` (room to show new demand); the rest goes in proportion to
+    the targets (all of it: work conserving), so the capacities sum to ``capacity``. A tenant
+    with no demand in a part weighs ``idle_weight`` times its weight there (served as it comes).
+    Weights are in units of capacity: only their ratios within a part matter."""
+    if not demand:
+        return {}
+    totals: dict[str, float] = {}
+    for wants in demand.values():
+        for tenant, amount in wants.items():
+            if amount > 0:
+                totals[tenant] = totals.get(tenant, 0.0) + amount
+    targets = service(capacity, totals, {t: weights.get(t, 1.0) for t in totals})
+    base = floor * capacity / len(demand)
+    given = {part: {t: targets[t] * amount / totals[t] for t, amount in wants.items() if amount > 0}
+             for part, wants in demand.items()}
+    sums = {part: sum(rows.values()) for part, rows in given.items()}
+    total = sum(sums.values())
+    divisions = {}
+    for part, rows in given.items():
+        share = sums[part] / total if total > 0 else 1.0 / len(demand)
+        part_weights = {t: rows.get(t) or idle_weight * weights.get(t, 1.0) for t in {*weights, *rows}}
+        divisions[part] = Division(base + (capacity - base * len(demand)) * share, part_weights)
+    return divisions

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policies import allocation
 from policies.allocation import allocate, min_max_ratio, service, split
 
 Matrix = Mapping[str, Mapping[str, float]]
@@ -228,3 +229,35 @@ def test_split_sums_to_the_total_and_keeps_the_floor(total: float, demand: dict[
     assert sum(parts.values()) == pytest.approx(total, rel=1e-9, abs=1e-6)
     for part in parts.values():
         assert part >= floor * total / len(demand) * (1 - 1e-9) - 1e-9
+
+
+# ---- divide: a node's capacity over its worker processes ------------------------------------
+
+
+def test_divide_serves_each_tenant_its_node_share_wherever_its_connections_landed() -> None:
+    # alpha's demand all reached worker a; beta's is spread evenly: both backlogged, equal weights
+    demand = {"a": {"alpha": 90.0, "beta": 60.0}, "b": {"beta": 60.0}}
+    parts = allocation.divide(50.0, demand, {"alpha": 1.0, "beta": 1.0}, floor=0.0)
+    served = {t: 0.0 for t in ("alpha", "beta")}
+    for part, division in parts.items():
+        for tenant, amount in allocation.service(division.capacity, demand[part], division.weights).items():
+            served[tenant] += amount
+    assert sum(d.capacity for d in parts.values()) == pytest.approx(50.0)
+    assert served == pytest.approx({"alpha": 25.0, "beta": 25.0})
+
+
+def test_divide_keeps_a_floor_for_an_idle_part_and_sums_to_the_capacity() -> None:
+    parts = allocation.divide(100.0, {"a": {"t": 500.0}, "b": {}}, {"t": 2.0}, floor=0.1)
+    assert parts["b"].capacity == pytest.approx(5.0)
+    assert parts["a"].capacity == pytest.approx(95.0)
+    assert parts["b"].weights["t"] > 0  # an idle tenant can still be served as it arrives
+
+
+def test_divide_follows_weights_across_parts() -> None:
+    demand = {"a": {"gold": 100.0}, "b": {"gold": 100.0, "bronze": 200.0}}
+    parts = allocation.divide(90.0, demand, {"gold": 2.0, "bronze": 1.0}, floor=0.0)
+    served = {"gold": 0.0, "bronze": 0.0}
+    for part, division in parts.items():
+        for tenant, amount in allocation.service(division.capacity, demand[part], division.weights).items():
+            served[tenant] += amount
+    assert served == pytest.approx({"gold": 60.0, "bronze": 30.0})
