@@ -281,7 +281,11 @@ class Settings:
                 "LAKEGATE_NODE_REQUEST_RATE": f"{self.request_rate:g}",
                 "LAKEGATE_NODE_SEND_RATE": f"{self.send_rate / MB:g}MB/s",
                 "LAKEGATE_LAKE_BANDWIDTH": f"{self.lake_bandwidth / MB:g}MB/s",
-                "LAKEGATE_TENANT_QUEUE": str(self.tenant_queue)}
+                "LAKEGATE_TENANT_QUEUE": str(self.tenant_queue),
+                # one worker per node (3 nodes, Ceph and the clients share 2 cores); the leader's
+                # loops at the pace a 30 s run can show: WA every second, PP every 8 s
+                "LAKEGATE_WORKERS": "1", "LAKEGATE_ALLOCATION_INTERVAL": "1",
+                "LAKEGATE_PLACEMENT_INTERVAL": "8"}
 
 
 class Bench:

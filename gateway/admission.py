@@ -58,7 +58,13 @@ from policies.fairness import RESOURCES, FairQueue, TenantWindow
 log = logging.getLogger("lakegate.fairness")
 
 _UPDATE_FILE = "fairness.json"
+FIFO = "*"  # the one queue of LAKEGATE_FAIRNESS=off
 _RECENT = 10  # windows (seconds) the admin shares are measured over
+
+
+def limited(settings: FairnessSettings) -> bool:
+    """Whether the settings name a capacity (so even without fairness, admission is scheduled)."""
+    return bool(settings.request_rate or settings.send_rate or settings.lake_bandwidth)
 
 
 def interface_speed() -> float | None:
@@ -184,6 +190,9 @@ class NodeFairness:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
+        # LAKEGATE_FAIRNESS=off with capacities set: the same capacities, one first-come queue for
+        # every tenant (the baseline fairness is measured against: a node that is just as big)
+        self.fifo = not settings.fq
         self.global_weights = {t.name: t.weight for t in tenants.tenants}
         self.global_limits = {t.name: t.limits() for t in tenants.tenants if t.limits()}
         self.workers = max(1, workers)
@@ -210,6 +219,10 @@ class NodeFairness:
         self.fairness.set_limits(self._limits)
         self.totals = Totals()  # this worker's, since start
         self.recent: deque[Totals] = deque(maxlen=_RECENT)  # this worker's last windows
+
+    async def acquire(self, tenant: str, resource: str, amount: float) -> None:
+        """``amount`` of ``resource`` for ``tenant``, in its turn (``Fairness.acquire``)."""
+        await self.fairness.acquire(FIFO if self.fifo else tenant, resource, amount)
 
     # ---- capacity -----------------------------------------------------------------------
 

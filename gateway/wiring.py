@@ -41,7 +41,7 @@ from cachetier.telemetry.counters import CacheStats
 from cachetier.telemetry.snapshots import CacheSnapshot
 from cachetier.fairness.lake import metered
 from cachetier.cluster.wire import BlockRequest
-from gateway.admission import NodeFairness
+from gateway.admission import NodeFairness, limited
 from gateway.fairpeer import FairnessMember, loop_lock
 from gateway.loops.allocation import allocation_loop
 from gateway.loops.placement import placement_loop
@@ -87,7 +87,7 @@ class Node:
     s3: S3Frontend
     peer_api: PeerAPI
     board: WorkerBoard | None = None  # with several workers: the others' counts
-    fairness: NodeFairness | None = None  # tenant fairness (None: LAKEGATE_FAIRNESS=off)
+    fairness: NodeFairness | None = None  # tenant fairness (None: off, and no capacity set)
     fair_member: FairnessMember | None = None  # its side of the cluster's fairness loops
     registry: CollectorRegistry = dataclasses.field(init=False)  # /metrics: the node's counts
 
@@ -322,7 +322,7 @@ def _peer_meter(fairness: NodeFairness, member: FairnessMember) -> Meter:
     tenant the peer named, and counted as its partition's demand (placement's input)."""
 
     async def meter(request: BlockRequest, amount: int) -> None:
-        await fairness.fairness.acquire(request.tenant, "client_bytes", amount)
+        await fairness.acquire(request.tenant, "client_bytes", amount)
         member.served_to_peer(request.bucket, request.key, request.index, request.tenant, amount)
 
     return meter
@@ -347,12 +347,12 @@ async def running_node(
         if lake is None:
             lake = await open_lake(stack, settings.lake)
         fairness = None
-        if settings.fairness.fq:
+        if settings.fairness.fq or limited(settings.fairness):
             seeds = len(settings.cluster.seeds) if settings.cluster is not None else 0
             fairness = NodeFairness(settings.fairness, tenants, workers=settings.server.workers, nodes=1 + seeds,
                                     directory=shared.board.directory if shared is not None else None)
             stack.callback(fairness.fairness.close)
-            lake = metered(lake, fairness.fairness.acquire)  # every lake read charged to its tenant
+            lake = metered(lake, fairness.acquire)  # every lake read charged to its tenant
         counters = CacheStats()
         cache: CachedLake | None = None
         cluster: Cluster | None = None
@@ -367,7 +367,7 @@ async def running_node(
         board = shared.board if shared is not None else None
         member = None
         meter = None
-        if fairness is not None and cluster is not None:
+        if fairness is not None and cluster is not None and settings.fairness.fq:
             member = FairnessMember(fairness, cluster, lambda: board_part(board, "fairness"),
                                     board.directory if board is not None else None)
             meter = _peer_meter(fairness, member)
@@ -380,7 +380,7 @@ async def running_node(
             start_task(stack, loop_lock(lock_dir, fairness_loops(settings, tenants, cluster, member)))
         served = cache if cache is not None else lake
         s3 = S3Frontend(served, tenants, settings.server.frontend,
-                        fairness=fairness.fairness if fairness is not None else None)
+                        fairness=fairness)
         node = Node(settings, tenants, served, cache, cluster, s3, peer_api, board=board, fairness=fairness,
                     fair_member=member)
         if fairness is not None:

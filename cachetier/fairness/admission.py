@@ -30,12 +30,22 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from cachetier.errors import SlowDown
 from policies.fairness import Decision, FairQueue, TenantWindow
 
 # Queue delay buckets, seconds (Prometheus' default buckets, finer at the low end).
 DELAY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+PIECE = 64 << 10  # the most bytes one queued item takes: 11 ms of a 6 MB/s lane, 65 us of 1 GB/s
+
+
+class Admits(Protocol):
+    """Whatever waits for a tenant's turn to use some of a resource (``Fairness`` and wrappers)."""
+
+    async def acquire(self, tenant: str, resource: str, amount: float) -> None: ...
 
 
 class QueueFull(SlowDown):
@@ -105,7 +115,17 @@ class Fairness:
         self._timer_at = math.inf
 
     async def acquire(self, tenant: str, resource: str, amount: float) -> None:
-        """Wait for ``tenant``'s turn to use ``amount`` of ``resource``; QueueFull past its bound."""
+        """Wait for ``tenant``'s turn to use ``amount`` of ``resource``; QueueFull past its bound.
+        Bytes are taken in items of at most ``PIECE`` bytes, each in its turn: an item once granted
+        holds its lane until the node's rate has carried it (the bucket's debt), so a 4 MiB chunk
+        as one item would hold up every small response behind it by its whole transfer time (a
+        request-bound tenant beside a bandwidth-bound one got a third of its share so, measured)."""
+        while amount > PIECE and resource != "requests":
+            await self._acquire(tenant, resource, PIECE)
+            amount -= PIECE
+        await self._acquire(tenant, resource, amount)
+
+    async def _acquire(self, tenant: str, resource: str, amount: float) -> None:
         sent = self._queue.submit(tenant, resource, amount, self._clock())
         if sent.granted:
             return

@@ -19,7 +19,7 @@ from prometheus_client import Counter
 
 from cachetier import context
 from cachetier.errors import AccessDenied, InternalError, S3Error
-from cachetier.fairness.admission import Fairness
+from cachetier.fairness.admission import Admits
 from cachetier.lake import Lake
 from gateway.s3 import errors, sigv2, sigv4
 from gateway.s3.body import RequestBody
@@ -58,7 +58,7 @@ class S3Frontend:
         config: FrontendConfig = FrontendConfig(),
         *,
         clock: Callable[[], datetime] = utcnow,
-        fairness: Fairness | None = None,
+        fairness: Admits | None = None,
     ) -> None:
         self.lake = lake
         self.fairness = fairness  # admission and the bytes sent, in weighted fair order (None: off)

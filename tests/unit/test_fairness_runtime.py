@@ -199,3 +199,30 @@ def test_the_first_demand_window_starts_with_the_admission() -> None:
     assert admission.take_window()["a"].seconds == 5.0  # not 105: the window began with it
     clock.now += 3.0
     assert admission.take_window()["a"].seconds == 3.0
+
+
+def test_a_large_byte_charge_goes_in_pieces_so_a_small_response_passes_within_one_piece() -> None:
+    async def test() -> None:
+        rate = 1_000_000.0  # bytes/s
+        admission, clock = fairness({"client_bytes": rate})
+        done: dict[str, float] = {}
+
+        async def send(tenant: str, amount: int) -> None:
+            await admission.acquire(tenant, "client_bytes", amount)
+            done[tenant] = clock.now
+
+        started = clock.now
+        big = asyncio.create_task(send("scan", 4 << 20))
+        await settle()
+        small = asyncio.create_task(send("hot", 4096))
+        while "hot" not in done:
+            clock.now += 0.001
+            admission.grant_due()
+            await settle()
+        # one piece (64 KiB) of the scan at most goes before it, not the 4 MiB (4.2 s here)
+        assert done["hot"] - started <= 2 * (64 << 10) / rate + 0.01
+        assert "scan" not in done
+        big.cancel()
+        await asyncio.gather(big, small, return_exceptions=True)
+
+    asyncio.run(test())
