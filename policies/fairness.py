@@ -182,6 +182,10 @@ class FairQueue:
         for resource, lane in self._lanes.items():
             lane.bucket.retune(_rate(capacity, resource), self.burst, now)
 
+    def rate(self, resource: str) -> float:
+        """The node's capacity of ``resource`` now (units/s; math.inf: unlimited)."""
+        return self._lanes[resource].bucket.rate
+
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """Each tenant's weight (> 0); tenants not named weigh 1.0. Takes effect at the next quantum."""
         if any(not w > 0 or math.isinf(w) for w in weights.values()):

@@ -39,7 +39,10 @@ from policies.fairness import Decision, FairQueue, TenantWindow
 DELAY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-PIECE = 64 << 10  # the most bytes one queued item takes: 11 ms of a 6 MB/s lane, 65 us of 1 GB/s
+# The most bytes one item takes: PIECE_TIME of the lane's rate, at least PIECE (64 KiB is 11 ms
+# of a 6 MB/s lane; at 1.25 GB/s a piece is 2.5 MB, so a 4 MiB hit costs 2 grants, not 64).
+PIECE = 64 << 10
+PIECE_TIME = 0.002
 
 
 class Admits(Protocol):
@@ -113,16 +116,24 @@ class Fairness:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
+        self._pieces: dict[str, float] = {}
+        self._size_pieces()
+
+    def _size_pieces(self) -> None:
+        """Bytes per item on each finite byte lane (unlimited lanes and requests: never split)."""
+        self._pieces = {r: max(PIECE, self._queue.rate(r) * PIECE_TIME) for r in ("client_bytes", "lake_bytes")
+                        if math.isfinite(self._queue.rate(r))}
 
     async def acquire(self, tenant: str, resource: str, amount: float) -> None:
         """Wait for ``tenant``'s turn to use ``amount`` of ``resource``; QueueFull past its bound.
-        Bytes are taken in items of at most ``PIECE`` bytes, each in its turn: an item once granted
-        holds its lane until the node's rate has carried it (the bucket's debt), so a 4 MiB chunk
+        Bytes are taken in items of at most a piece each (``PIECE``, ``PIECE_TIME``), in turn: an
+        item once granted holds its lane until the node's rate has carried it (the bucket's debt), so a 4 MiB chunk
         as one item would hold up every small response behind it by its whole transfer time (a
         request-bound tenant beside a bandwidth-bound one got a third of its share so, measured)."""
-        while amount > PIECE and resource != "requests":
-            await self._acquire(tenant, resource, PIECE)
-            amount -= PIECE
+        piece = self._pieces.get(resource, math.inf)
+        while amount > piece:
+            await self._acquire(tenant, resource, piece)
+            amount -= piece
         await self._acquire(tenant, resource, amount)
 
     async def _acquire(self, tenant: str, resource: str, amount: float) -> None:
@@ -149,6 +160,7 @@ class Fairness:
 
     def set_capacity(self, capacity: Mapping[str, float]) -> None:
         self._queue.set_capacity(capacity, self._clock())
+        self._size_pieces()
         self.grant_due()
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
