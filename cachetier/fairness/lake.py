@@ -4,8 +4,14 @@ resource (Pisces' scarcest: the lake link). A block fetch that several readers j
 path's single flight) runs once, so it is charged once, to the tenant that started it; a block
 an owner fetches for a peer is charged on the owner, to the tenant the peer named.
 
-Charging a piece before the next is taken in is the throttle: a tenant past its share waits
-with the lake's response unread, so TCP's flow control slows that one transfer on the link and
+When the read names its exact bytes (a block of a known version: a range with both ends and
+``If-Match``, as the read path's block fetches are), they are charged before the request is
+sent, so the lake link never carries more than the budget: waiting with a response unread
+would still let the lake push a TCP window per waiting request onto the link (measured: other
+tenants' small lake requests then queued for hundreds of milliseconds behind those bursts).
+Any other read (the first block of a key whose size is not known yet, a read that bypasses the
+cache) is charged piece by piece as it arrives, each before the next is taken in: a tenant past
+its share waits with the lake's response unread, so TCP's flow control slows that transfer and
 no bytes pile up in memory.
 
 ``MeteredLake`` wraps a ``Lake``: ``get_object`` is metered, everything else is the lake's own.
@@ -18,6 +24,8 @@ from typing import Any, cast
 
 from cachetier.context import current
 from cachetier.lake import Lake, ObjectStream, Served
+from cachetier.lake.conditions import Conditions
+from cachetier.lake.ranges import ByteRange
 
 Charge = Callable[[str, str, float], Awaitable[None]]  # (tenant, resource, amount)
 
@@ -29,9 +37,16 @@ class MeteredLake:
         self.lake = lake
         self._charge = charge
 
-    async def get_object(self, *args: Any, **kwargs: Any) -> ObjectStream:
-        stream = await self.lake.get_object(*args, **kwargs)
+    async def get_object(
+        self, bucket: str, key: str, range: ByteRange | None = None, conditions: Conditions = Conditions()
+    ) -> ObjectStream:
         tenant = current.get().tenant
+        exact = range is not None and range.first is not None and range.last is not None and conditions.if_match
+        if exact:
+            assert range is not None and range.first is not None and range.last is not None
+            await self._charge(tenant, "lake_bytes", range.last - range.first + 1)
+            return await self.lake.get_object(bucket, key, range, conditions)
+        stream = await self.lake.get_object(bucket, key, range, conditions)
         return ObjectStream(stream.info, stream.content_range, self._metered(stream.body, tenant), stream.first_in)
 
     async def _metered(self, body: Served, tenant: str) -> AsyncIterator[Any]:
