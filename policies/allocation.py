@@ -98,6 +98,7 @@ def allocate(
     step: float = 0.25,
     floor: float = 0.01,
     max_swaps: int = MAX_SWAPS,
+    relax: float = 0.0,
 ) -> dict[str, dict[str, float]]:
     """New local weights (node -> tenant -> weight) for every node in ``demand``, one bounded
     round of reciprocal swaps toward every tenant being served its weighted max-min share of the
@@ -112,6 +113,12 @@ def allocate(
       global weight; no weight moves more than ``step`` times its tenant's global weight per call;
       a swap is made only if it brings the tenants' served/share ratios closer to 1 (stable: a
       fair allocation comes back unchanged).
+    - Home first: the weights move back toward the global weights (a convex step, which keeps
+      node sums and tenant sums wherever they held) by the longest of 1, 1/2, 1/4, 1/8 of the
+      way that leaves the model's spread no worse, else by ``relax`` (0: not at all). Weight
+      that a tenant's demand no longer needs so goes home instead of staying where an earlier
+      round put it: when every tenant is backlogged everywhere, swaps that change nobody's total
+      are neither better nor worse to the model, and would otherwise stay, skewing real service.
     - At most ``max_swaps`` swaps (each tries every candidate pair: some 20 ms for 3 nodes and 8
       tenants in CPython; a driver calling every few seconds passes a few and converges over calls).
     """
@@ -119,6 +126,19 @@ def allocate(
         if not weight > 0:
             raise ValueError(f"tenant {name!r} needs a positive global weight")
     plan = _Plan(global_weights, demand, current, capacity, step, floor)
+    spread = _spread(plan.ratios(plan.totals()))
+    # the longest step home that serves no one worse, within the step bound (it spends the budget)
+    room = _room_home(plan.weights, global_weights, step) if _sums_hold(plan.weights, global_weights) else 0.0
+    for fraction in (1.0, 0.5, 0.25, 0.125, relax):
+        fraction = min(fraction, room)
+        if fraction <= 0:
+            break
+        home = _Plan(global_weights, demand, _towards(plan.weights, global_weights, fraction), capacity, step, floor)
+        if _spread(home.ratios(home.totals())) <= spread + EPSILON * max(1.0, spread) or fraction == relax:
+            for (node, tenant), budget in home.budget.items():
+                home.budget[node, tenant] = budget - abs(home.weights[node][tenant] - plan.weights[node][tenant])
+            plan = home
+            break
     for _ in range(min(max_swaps, len(global_weights) * len(demand))):
         if not plan.swap_once():
             break
@@ -239,6 +259,32 @@ class _Plan:
             self.served[node] = self._serve(node, weights)
             for tenant in (swap.taker, swap.giver):
                 self.budget[node, tenant] -= swap.amount
+
+
+def _sums_hold(weights: Weights, global_weights: Mapping[str, float]) -> bool:
+    """Whether ``weights`` have the node sums and tenant sums the global weights give (a step
+    home keeps them then; from anything else it would not)."""
+    total = sum(global_weights.values())
+    if any(abs(sum(row.values()) - total) > 1e-6 * max(1.0, total) for row in weights.values()):
+        return False
+    return all(abs(sum(row.get(t, g) for row in weights.values()) - g * len(weights)) <= 1e-6 * max(1.0, g)
+               for t, g in global_weights.items())
+
+
+def _room_home(weights: Weights, global_weights: Mapping[str, float], step: float) -> float:
+    """The largest fraction of the way home no weight moves more than ``step`` of its global weight."""
+    room = 1.0
+    for row in weights.values():
+        for tenant, weight in row.items():
+            gap = abs(weight - global_weights.get(tenant, weight))
+            if gap > EPSILON:
+                room = min(room, step * global_weights[tenant] / gap)
+    return room
+
+
+def _towards(weights: Weights, global_weights: Mapping[str, float], fraction: float) -> dict[str, dict[str, float]]:
+    return {node: {t: (1 - fraction) * w + fraction * global_weights.get(t, w) for t, w in row.items()}
+            for node, row in weights.items()}
 
 
 def _known(wants: Mapping[str, float], global_weights: Mapping[str, float], node: str) -> dict[str, float]:

@@ -261,3 +261,26 @@ def test_divide_follows_weights_across_parts() -> None:
         for tenant, amount in allocation.service(division.capacity, demand[part], division.weights).items():
             served[tenant] += amount
     assert served == pytest.approx({"gold": 60.0, "bronze": 30.0})
+
+
+def test_weights_no_demand_needs_go_back_home_within_the_step_and_keep_the_sums() -> None:
+    gw = {"gold": 3.0, "tin": 1.0}
+    demand = {"a": {"gold": 1.0, "tin": 1.0}, "b": {"gold": 1.0, "tin": 1.0}}  # balanced, all backlogged
+    # a skew an earlier demand asked for: to the model now no better and no worse than home
+    skewed = {"a": {"gold": 3.5, "tin": 0.5}, "b": {"gold": 2.5, "tin": 1.5}}
+    once = allocate(gw, demand, skewed, {"a": 1.0, "b": 1.0})
+    assert once["a"]["tin"] == pytest.approx(0.75)  # a step home of at most step (0.25) of tin's weight
+    weights = once
+    for _ in range(3):
+        weights = allocate(gw, demand, weights, {"a": 1.0, "b": 1.0})
+    assert weights == {"a": pytest.approx(gw), "b": pytest.approx(gw)}
+    assert sum(once["a"].values()) == pytest.approx(4.0) and once["a"]["tin"] + once["b"]["tin"] == pytest.approx(2.0)
+
+
+def test_a_skew_the_demand_needs_stays() -> None:
+    gw = {"a": 1.0, "b": 1.0}
+    demand = {"x": {"a": 1.0, "b": 1.0}, "y": {"b": 1.0}}  # a can only be served on x
+    weights: dict[str, dict[str, float]] = {}
+    for _ in range(20):
+        weights = allocate(gw, demand, weights, {"x": 1.0, "y": 1.0})
+    assert weights["x"]["a"] > 1.5  # a holds most of x, b is paid back on y
