@@ -569,7 +569,7 @@ def plots(result: dict[str, Any], directory: Path) -> list[Path]:
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="benchmarks.fairness", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a smoke run: seconds per phase, small data")
-    p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before measuring")
+    p.add_argument("--warmup", type=float, default=15.0, help="seconds of load before measuring (WA converges in ~10 rounds)")
     p.add_argument("--measure", type=float, default=25.0, help="seconds measured per run")
     p.add_argument("--protect-warmup", type=float, default=8.0, help="warm-up of the protected-tenant runs")
     p.add_argument("--clients", type=int, default=4, help="closed-loop clients per tenant (spread over nodes)")

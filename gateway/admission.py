@@ -395,7 +395,9 @@ class NodeFairness:
                 "bytes_sent": int(served.get("client_bytes", 0)),
                 "lake_bytes": int(served.get("lake_bytes", 0)),
                 "queue_length": queued.get(tenant, 0),
-                "queue_delay_p99_s": _p99(delays.get(tenant)),
+                "queue_delay_p99_s": round(quantile(_cumulative(delays.get(tenant)), 0.99), 6),
+                "queue_delay_buckets": [[b if math.isfinite(b) else "+Inf", c]
+                                        for b, c in _cumulative(delays.get(tenant))],
                 "share": round(served_shares.get(tenant, 0.0), 4),
                 "weighted_share": round(weight / weight_sum, 4) if tenant in active else 0.0,
                 "slowdowns": totals.refused.get(tenant, 0),
@@ -416,14 +418,13 @@ def _counts(stats: TenantStats) -> list[int]:
     return [c - (cumulative[i - 1] if i else 0) for i, c in enumerate(cumulative)]
 
 
-def _p99(counts: list[int] | None) -> float:
-    if not counts:
-        return 0.0
+def _cumulative(counts: list[int] | None) -> tuple[tuple[float, int], ...]:
+    """Per-bucket counts as Prometheus' cumulative (upper bound, count) pairs, +Inf last."""
     cumulative, running = [], 0
-    for bound, count in zip((*DELAY_BUCKETS, math.inf), counts):
+    for bound, count in zip((*DELAY_BUCKETS, math.inf), counts or [0] * (len(DELAY_BUCKETS) + 1)):
         running += count
         cumulative.append((bound, running))
-    return round(quantile(tuple(cumulative), 0.99), 6)
+    return tuple(cumulative)
 
 
 def _backlogged(served: Mapping[str, float], wanted: Mapping[str, float]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from cachetier.cluster.node import CLUSTER_COUNTERS, Cluster
@@ -100,7 +100,7 @@ class FairnessCollector(Collector):
     def __init__(self, report: Callable[[], Mapping[str, object]]) -> None:
         self.report = report
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         report = self.report()
         tenants = report.get("tenants")
         rows = tenants if isinstance(tenants, dict) else {}
@@ -110,6 +110,13 @@ class FairnessCollector(Collector):
             for tenant, row in rows.items():
                 family.add_metric([tenant], float(row.get(field, 0)))
             yield family
+        delays = HistogramMetricFamily("lakegate_tenant_queue_delay_seconds",
+                                       "how long admitted requests waited for their turn", labels=["tenant"])
+        for tenant, row in rows.items():
+            buckets = [(str(bound), count) for bound, count in row.get("queue_delay_buckets", [])]
+            if buckets:
+                delays.add_metric([tenant], buckets, sum_value=None)
+        yield delays
         mmr = report.get("min_max_ratio")
         if isinstance(mmr, (int, float)):
             yield GaugeMetricFamily("lakegate_fairness_min_max_ratio",
