@@ -161,13 +161,6 @@ def wants(served: Mapping[str, float], wanted: Mapping[str, float], capacity: Ma
     return asked
 
 
-def dominant(amounts: Mapping[str, float], capacity: Mapping[str, float]) -> float:
-    """Seconds of the node's capacity ``amounts`` take, on their most used finite resource
-    (0.0 when every resource they use is unlimited)."""
-    return max((amounts.get(r, 0.0) / capacity[r] for r in RESOURCES
-                if amounts.get(r) and math.isfinite(capacity.get(r, math.inf))), default=0.0)
-
-
 def shares(served: Amounts) -> dict[str, float]:
     """Each tenant's share of what the node served: its largest fraction, over the resources,
     of the amount served to everyone (so capacity need not be known: unlimited resources too)."""

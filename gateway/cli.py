@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from typing import NoReturn
 
 from gateway.admin import SETTINGS_HINT, AdminKeyIsTenantKey, check_not_a_tenant_key
+from gateway.admission import limited
+from gateway.rates import format_rate
 from gateway.settings import Settings, SettingsError
 from gateway.tenants import TenantDirectory, TenantsFileError
 
@@ -106,7 +108,20 @@ def _banner(settings: Settings, tenants: TenantDirectory) -> str:
         lines.append(f"tenants: {', '.join(t.name for t in tenants.tenants)} (keys in {settings.server.tenants_file})")
     lines.append(f"health: {endpoint}/_lakegate/health   metrics: {endpoint}/metrics"
                  + ("  (admin credential)" if settings.admin.metrics_auth else ""))
+    lines.append(_fairness_line(settings))
     return "\n".join([*lines, *_admin_lines(settings, endpoint)])
+
+
+def _fairness_line(settings: Settings) -> str:
+    """What tenants share on this node: the mode and each rate set (the send rate's default,
+    the interface's speed, is read by the node at start)."""
+    fair = settings.fairness
+    rates = [f"requests {fair.request_rate:g}/s" if fair.request_rate else "requests not limited",
+             f"send {format_rate(fair.send_rate)}" if fair.send_rate else "send at the interface's speed",
+             f"lake {format_rate(fair.lake_bandwidth)} cluster-wide" if fair.lake_bandwidth else "lake not limited"]
+    if fair.mode == "off":
+        return f"fairness: off ({'one first-come queue: ' + ', '.join(rates) if limited(fair) else 'nothing scheduled'})"
+    return f"fairness: {fair.mode} (tenants share by weight: {', '.join(rates)}; queue {fair.tenant_queue} per tenant)"
 
 
 def _admin_lines(settings: Settings, endpoint: str) -> list[str]:
@@ -119,7 +134,7 @@ def _admin_lines(settings: Settings, endpoint: str) -> list[str]:
         ways.append(f"SigV4 (service s3) with access key {admin.access_key}")
     if admin.token:
         ways.append("Authorization: Bearer <the token in LAKEGATE_ADMIN_TOKEN_FILE>")
-    lines = [f"admin endpoints: {endpoint}/_lakegate/admin/stats, /cluster, /locate; {' or '.join(ways)}"]
+    lines = [f"admin endpoints: {endpoint}/_lakegate/admin/stats, /cluster, /locate, /tenants; {' or '.join(ways)}"]
     if admin.access_key:
         lines.append(f"  e.g. curl --aws-sigv4 aws:amz:us-east-1:s3 --user {admin.access_key}:$ADMIN_SECRET "
                      f"-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {endpoint}/_lakegate/admin/stats")
