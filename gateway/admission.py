@@ -87,10 +87,11 @@ class NodeState:
     limits: dict[str, dict[str, float]]  # tenant -> resource -> units/s on this node
     epoch: int = 0  # the update's (0: from the settings)
     leader: str = ""
+    cluster_mmr: float | None = None  # the cluster's min-max ratio as the leader last measured it
 
     def to_json(self) -> str:
         return json.dumps({"weights": self.weights, "lake_capacity": self.lake_capacity, "limits": self.limits,
-                           "epoch": self.epoch, "leader": self.leader})
+                           "epoch": self.epoch, "leader": self.leader, "cluster_mmr": self.cluster_mmr})
 
     @classmethod
     def from_json(cls, text: str) -> NodeState:
@@ -98,7 +99,8 @@ class NodeState:
         return cls({str(t): float(w) for t, w in doc["weights"].items()},
                    None if doc["lake_capacity"] is None else float(doc["lake_capacity"]),
                    {str(t): {str(r): float(v) for r, v in caps.items()} for t, caps in doc["limits"].items()},
-                   int(doc["epoch"]), str(doc["leader"]))
+                   int(doc["epoch"]), str(doc["leader"]),
+                   None if doc.get("cluster_mmr") is None else float(doc["cluster_mmr"]))
 
 
 Amounts = dict[str, dict[str, float]]  # tenant -> resource -> amount
@@ -252,7 +254,8 @@ class NodeFairness:
     def _use(self, state: NodeState) -> None:
         weights = dict(self.global_weights)
         weights.update({t: w for t, w in state.weights.items() if t in weights and w > 0})
-        self.state = NodeState(weights, state.lake_capacity, state.limits, state.epoch, state.leader)
+        self.state = NodeState(weights, state.lake_capacity, state.limits, state.epoch, state.leader,
+                               state.cluster_mmr)
         self._capacity = self._even(self.capacity())  # until the next division by demand
         self._weights = dict(weights)
         self._limits = {t: self._even(caps) for t, caps in state.limits.items()}
@@ -401,7 +404,8 @@ class NodeFairness:
         wanting = {t: recent.wanted.get(t, {}) for t in active}
         mmr = allocation.min_max_ratio(
             {t: served_shares.get(t, 0.0) for t in active}, {t: self.global_weights.get(t, 1.0) for t in active})
-        return {"tenants": rows, "min_max_ratio": round(mmr, 4), "capacity": _finite(self.capacity()),
+        return {"tenants": rows, "min_max_ratio": round(mmr, 4), "cluster_min_max_ratio": self.state.cluster_mmr,
+                "leader": self.state.leader or None, "capacity": _finite(self.capacity()),
                 "mode": self.settings.mode, "window_s": len(self.recent), "backlogged": sorted(
                     t for t in active if _backlogged(recent.served.get(t, {}), wanting[t]))}
 

@@ -110,7 +110,8 @@ class FairnessMember:
 
     async def apply_weights(self, update: wire.WeightsUpdate, sender: str) -> None:
         limits = {t: dict(caps) for t, caps in update.limits.items()}
-        self.fairness.apply(NodeState(dict(update.weights), update.lake_capacity, limits, update.epoch, update.leader))
+        self.fairness.apply(NodeState(dict(update.weights), update.lake_capacity, limits, update.epoch, update.leader,
+                                      update.cluster_mmr))
 
     async def apply_partitions(self, update: wire.PartitionsUpdate, sender: str) -> None:
         if self.directory is None:

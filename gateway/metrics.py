@@ -121,3 +121,7 @@ class FairnessCollector(Collector):
         if isinstance(mmr, (int, float)):
             yield GaugeMetricFamily("lakegate_fairness_min_max_ratio",
                                     "min over max of the active tenants' share/weight on this node", value=mmr)
+        cluster = report.get("cluster_min_max_ratio")
+        if isinstance(cluster, (int, float)):
+            yield GaugeMetricFamily("lakegate_fairness_cluster_min_max_ratio", "the same over the cluster, among "
+                                    "tenants short of their demand (the leader's last measure)", value=cluster)

@@ -600,19 +600,22 @@ class WeightsUpdate:
     weights: PerTenant
     lake_capacity: float | None = None
     limits: Mapping[str, PerResource] = field(default_factory=dict)
+    cluster_mmr: float | None = None  # the min-max ratio the leader measured over the last window
 
     def to_json(self) -> bytes:
         return _checked(self, {"leader": self.leader, "epoch": self.epoch, "weights": dict(self.weights),
-                       "lake_capacity": self.lake_capacity, "limits": _nested(self.limits)})
+                       "lake_capacity": self.lake_capacity, "limits": _nested(self.limits),
+                       "cluster_mmr": self.cluster_mmr})
 
     @classmethod
     def from_json(cls, body: bytes) -> Self:
         doc = json_object(body)
         leader, epoch = _leader_epoch(doc)
-        lake = doc.get("lake_capacity")
+        lake, mmr = doc.get("lake_capacity"), doc.get("cluster_mmr")
         return cls(leader, epoch, _per_tenant(doc.get("weights"), "weights"),
                    None if lake is None else _amount(lake, "lake_capacity"),
-                   _per_tenant_resource(doc.get("limits", {}), "limits"))
+                   _per_tenant_resource(doc.get("limits", {}), "limits"),
+                   None if mmr is None else _amount(mmr, "cluster_mmr"))
 
 
 @dataclass(frozen=True)

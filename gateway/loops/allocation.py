@@ -29,6 +29,7 @@ from cachetier.cluster import wire
 from cachetier.cluster.follower import FairnessPeer, Follower
 from cachetier.cluster.node import Cluster
 from gateway.loops.leader import deliver, every, gather_reports, leads, next_epoch
+from policies import allocation
 
 log = logging.getLogger("lakegate.fairness")
 
@@ -100,6 +101,31 @@ def limit_shares(reports: Mapping[str, wire.DemandReport], limits: Limits, held:
     return shares
 
 
+def cluster_mmr(reports: Mapping[str, wire.DemandReport], global_weights: Mapping[str, float]) -> float | None:
+    """Pisces' min-max ratio over the cluster in the reports' window: each tenant's service
+    summed over the nodes (on its dominant resource, in the cluster's mean capacities; requests
+    when no resource is limited) over its weight, min over max, among the tenants served less
+    than they wanted (a tenant that got all it asked for is not short of anything). None: no one."""
+    if not reports:
+        return None
+    mean = {r: statistics.fmean(caps) for r in wire.RESOURCES
+            if (caps := [rep.capacity[r] for rep in reports.values() if rep.capacity.get(r, 0.0) > 0])}
+    units = mean or {"requests": 1.0}
+    served: dict[str, float] = {}
+    short: dict[str, float] = {}
+    for rep in reports.values():
+        for tenant, amounts in rep.served.items():
+            got = max(amounts.get(r, 0.0) / units[r] for r in units)
+            served[tenant] = served.get(tenant, 0.0) + got
+            wanted = rep.wanted.get(tenant, {})
+            if any(wanted.get(r, 0.0) > amounts.get(r, 0.0) * 1.001 + 1e-9 for r in units):
+                short[tenant] = 1.0
+    tenants = {t: v for t, v in served.items() if t in short and t in global_weights}
+    if len(tenants) < 2:
+        return None
+    return allocation.min_max_ratio(tenants, {t: global_weights[t] for t in tenants})
+
+
 def weight_updates(
     reports: Mapping[str, wire.DemandReport], global_weights: Mapping[str, float], *, leader: str, epoch: int,
     allocate: Allocate, split: Split, lake_bandwidth: float | None = None, limits: Limits | None = None,
@@ -112,7 +138,9 @@ def weight_updates(
     weights = allocate(global_weights, demand, inputs.current, inputs.capacity)  # (tenants it does not know: none)
     lake = lake_shares(reports, lake_bandwidth, held or {}, split)
     caps = limit_shares(reports, limits or {}, held or {}, split)
-    return {node: wire.WeightsUpdate(leader, epoch, weights.get(node, inputs.current[node]), lake.get(node), caps[node])
+    mmr = cluster_mmr(reports, global_weights)
+    return {node: wire.WeightsUpdate(leader, epoch, weights.get(node, inputs.current[node]), lake.get(node), caps[node],
+                                     None if mmr is None else round(mmr, 4))
             for node in reports}
 
 

@@ -309,3 +309,19 @@ def test_demand_of_a_tenant_without_a_global_weight_is_not_given_to_the_policy()
     fake = FakeAllocate()
     weight_updates({"n0": report}, {"a": 1.0}, leader="n0", epoch=1, allocate=fake, split=proportional)
     assert fake.calls[0][1] == {"n0": {"a": pytest.approx(0.1)}}
+
+
+def test_the_cluster_min_max_ratio_counts_only_tenants_short_of_their_demand() -> None:
+    from cachetier.cluster import wire
+    from gateway.loops.allocation import cluster_mmr
+
+    def report(node: str, served: dict[str, float], wanted: dict[str, float]) -> wire.DemandReport:
+        return wire.DemandReport(node=node, sequence=1, window_s=1.0,
+                                 served={t: {"requests": v} for t, v in served.items()},
+                                 wanted={t: {"requests": v} for t, v in wanted.items()},
+                                 capacity={"requests": 100.0}, weights={}, partitions={}, ring_version="v")
+
+    reports = {"n1": report("n1", {"a": 40.0, "b": 60.0}, {"a": 80.0, "b": 90.0}),
+               "n2": report("n2", {"a": 40.0, "c": 5.0}, {"a": 80.0, "c": 5.0})}  # c got all it asked
+    assert cluster_mmr(reports, {"a": 1.0, "b": 1.0, "c": 1.0}) == pytest.approx(60.0 / 80.0)
+    assert cluster_mmr(reports, {"a": 2.0, "b": 1.0, "c": 1.0}) == pytest.approx(40.0 / 60.0)
