@@ -302,8 +302,9 @@ def fairness_loops(settings: Settings, tenants: TenantDirectory, cluster: Cluste
     def limits() -> dict[str, dict[str, float]]:
         return {t.name: t.limits() for t in tenants.tenants if t.limits()}
 
-    def unchanged(gw: Mapping[str, float], demand: Mapping[str, object], current: Mapping[str, Mapping[str, float]],
-                  capacity: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    def unchanged(gw: Mapping[str, float], demand: Mapping[str, Mapping[str, float]],
+                  current: Mapping[str, Mapping[str, float]], capacity: Mapping[str, float], *,
+                  served: Mapping[str, float]) -> dict[str, dict[str, float]]:
         return {n: {t: current.get(n, {}).get(t, w) for t, w in gw.items()} for n in demand}
 
     async def run() -> None:

@@ -99,6 +99,7 @@ def allocate(
     floor: float = 0.01,
     max_swaps: int = MAX_SWAPS,
     relax: float = 0.0,
+    served: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, float]]:
     """New local weights (node -> tenant -> weight) for every node in ``demand``, one bounded
     round of reciprocal swaps toward every tenant being served its weighted max-min share of the
@@ -119,6 +120,13 @@ def allocate(
       that a tenant's demand no longer needs so goes home instead of staying where an earlier
       round put it: when every tenant is backlogged everywhere, swaps that change nobody's total
       are neither better nor worse to the model, and would otherwise stay, skewing real service.
+    - ``served``: tenant -> what it was really served over the cluster in the last window, in the
+      units of ``capacity``. The model (``service``: every tenant takes its weighted share of
+      whatever it asks) is then corrected by what it got wrong at the current weights, each
+      tenant's real total less the model's, and every swap is judged by the corrected figures:
+      a client with few connections is never quite backlogged, so the model overrates it, and
+      uncorrected swaps settle where the model, not the tenants, is fair (measured: an MMR of
+      0.88 that the model took for 0.98).
     - At most ``max_swaps`` swaps (each tries every candidate pair: some 20 ms for 3 nodes and 8
       tenants in CPython; a driver calling every few seconds passes a few and converges over calls).
     """
@@ -126,6 +134,9 @@ def allocate(
         if not weight > 0:
             raise ValueError(f"tenant {name!r} needs a positive global weight")
     plan = _Plan(global_weights, demand, current, capacity, step, floor)
+    if served is not None:
+        model = plan.totals()
+        plan.offset = {t: float(served.get(t, 0.0)) - model.get(t, 0.0) for t in plan.target}
     spread = _spread(plan.ratios(plan.totals()))
     # the longest step home that serves no one worse, within the step bound (it spends the budget)
     room = _room_home(plan.weights, global_weights, step) if _sums_hold(plan.weights, global_weights) else 0.0
@@ -134,6 +145,7 @@ def allocate(
         if fraction <= 0:
             break
         home = _Plan(global_weights, demand, _towards(plan.weights, global_weights, fraction), capacity, step, floor)
+        home.offset = plan.offset
         if _spread(home.ratios(home.totals())) <= spread + EPSILON * max(1.0, spread) or fraction == relax:
             for (node, tenant), budget in home.budget.items():
                 home.budget[node, tenant] = budget - abs(home.weights[node][tenant] - plan.weights[node][tenant])
@@ -184,13 +196,16 @@ class _Plan:
         totals = {tenant: sum(wants.get(tenant, 0.0) for wants in self.demand.values()) for tenant in global_weights}
         self.target = service(sum(self.capacity.values()), totals, global_weights)
         self.served = {node: self._serve(node, self.weights[node]) for node in demand}
+        self.offset: dict[str, float] = {}  # measured less modelled service, per tenant
 
     def _serve(self, node: str, weights: Mapping[str, float]) -> dict[str, float]:
         return service(self.capacity[node], self.demand[node], weights)
 
     def ratios(self, totals: Mapping[str, float]) -> dict[str, float]:
-        """Served over fair share, per tenant with a share."""
-        return {tenant: totals[tenant] / share for tenant, share in self.target.items() if share > EPSILON}
+        """Served (the model's, corrected by ``offset``) over fair share, per tenant with a share."""
+        offset = self.offset
+        return {tenant: max(0.0, totals[tenant] + offset.get(tenant, 0.0)) / share
+                for tenant, share in self.target.items() if share > EPSILON}
 
     def totals(self) -> dict[str, float]:
         """What each tenant is served, summed over the nodes."""

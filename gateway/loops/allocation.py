@@ -23,7 +23,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from cachetier.cluster import wire
 from cachetier.cluster.follower import FairnessPeer, Follower
@@ -34,7 +34,12 @@ from policies import allocation
 log = logging.getLogger("lakegate.fairness")
 
 Table = Mapping[str, Mapping[str, float]]  # node -> tenant -> figure
-Allocate = Callable[[Mapping[str, float], Table, Table, Mapping[str, float]], dict[str, dict[str, float]]]
+class Allocate(Protocol):
+    """``policies.allocation.allocate``'s shape (tests pass their own)."""
+
+    def __call__(self, global_weights: Mapping[str, float], demand: Table, current: Table,
+                 capacity: Mapping[str, float], /, *, served: Mapping[str, float]) -> dict[str, dict[str, float]]: ...
+
 Split = Callable[[float, Mapping[str, float]], dict[str, float]]
 Limits = Mapping[str, Mapping[str, float]]  # tenant -> resource -> units/s, cluster-wide
 # the policy's swaps per round and its step (of a tenant's weight): 12 swaps of 3 nodes x 8 tenants
@@ -52,6 +57,7 @@ class AllocationInputs:
     demand: dict[str, dict[str, float]]  # node -> tenant -> dominant demand (mean capacities)
     current: dict[str, dict[str, float]]  # node -> tenant -> local weight now
     capacity: dict[str, float]  # node -> capacity (mean capacities: 1.0 for an average node)
+    served: dict[str, float]  # tenant -> what it was served over the cluster (dominant, mean capacities)
 
 
 def wanted_rates(report: wire.DemandReport, resource: str) -> dict[str, float]:
@@ -70,7 +76,13 @@ def allocation_inputs(reports: Mapping[str, wire.DemandReport]) -> AllocationInp
         demand[node] = {t: max((rates[r][t] / mean[r] for r in mean), default=0.0) for t in report.wanted}
     capacity = {node: statistics.fmean(rep.capacity.get(r, 0.0) / mean[r] for r in mean) if mean else 1.0
                 for node, rep in reports.items()}
-    return AllocationInputs(demand, {n: dict(r.weights) for n, r in reports.items()}, capacity)
+    served: dict[str, float] = {}
+    for report in reports.values():
+        window = report.window_s or 1.0
+        for tenant, amounts in report.served.items():
+            got = max((amounts.get(r, 0.0) / window / mean[r] for r in mean), default=0.0)
+            served[tenant] = served.get(tenant, 0.0) + got
+    return AllocationInputs(demand, {n: dict(r.weights) for n, r in reports.items()}, capacity, served)
 
 
 def split_total(total: float, demand: Mapping[str, float], held: float, split: Split) -> dict[str, float]:
@@ -135,7 +147,8 @@ def weight_updates(
     nodes that did not report (what they keep of the lake bandwidth and limits)."""
     inputs = allocation_inputs(reports)
     demand = {node: {t: d for t, d in tenants.items() if t in global_weights} for node, tenants in inputs.demand.items()}
-    weights = allocate(global_weights, demand, inputs.current, inputs.capacity)  # (tenants it does not know: none)
+    served = {t: v for t, v in inputs.served.items() if t in global_weights}
+    weights = allocate(global_weights, demand, inputs.current, inputs.capacity, served=served)
     lake = lake_shares(reports, lake_bandwidth, held or {}, split)
     caps = limit_shares(reports, limits or {}, held or {}, split)
     mmr = cluster_mmr(reports, global_weights)

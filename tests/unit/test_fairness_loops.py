@@ -104,8 +104,8 @@ class FakeAllocate:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
 
-    def __call__(self, global_weights: Mapping[str, float], demand: Any, current: Any, capacity: Any
-                 ) -> dict[str, dict[str, float]]:
+    def __call__(self, global_weights: Mapping[str, float], demand: Any, current: Any, capacity: Any,
+                 **_: Any) -> dict[str, dict[str, float]]:
         self.calls.append((dict(global_weights), demand, current, capacity))
         return {node: {t: w * (int(node[1:]) + 1) for t, w in global_weights.items()} for node in demand}
 
@@ -190,7 +190,7 @@ def test_dominant_demand_is_the_largest_over_the_resources() -> None:
 
 def test_a_node_the_policy_leaves_out_keeps_its_current_weights() -> None:
     report = wire.DemandReport("n0", 1, 1.0, {}, {}, {}, {"a": 4.0}, {}, "v")
-    updates = weight_updates({"n0": report}, {"a": 1.0}, leader="n0", epoch=3, allocate=lambda *a: {},
+    updates = weight_updates({"n0": report}, {"a": 1.0}, leader="n0", epoch=3, allocate=lambda *a, **k: {},
                              split=proportional)
     assert updates == {"n0": wire.WeightsUpdate("n0", 3, {"a": 4.0}, None, {})}
 

@@ -284,3 +284,15 @@ def test_a_skew_the_demand_needs_stays() -> None:
     for _ in range(20):
         weights = allocate(gw, demand, weights, {"x": 1.0, "y": 1.0})
     assert weights["x"]["a"] > 1.5  # a holds most of x, b is paid back on y
+
+
+def test_measured_service_corrects_what_the_model_gets_wrong() -> None:
+    gw = {"a": 1.0, "b": 1.0, "c": 1.0}
+    demand = {"x": {"a": 1.0, "b": 1.0}, "y": {"b": 1.0, "c": 1.0}, "z": {"c": 1.0, "a": 1.0}}
+    capacity = {"x": 1.0, "y": 1.0, "z": 1.0}
+    home = {node: dict(gw) for node in demand}
+    assert allocate(gw, demand, home, capacity) == home  # to the model, already fair
+    # really, a got less (few connections), b more: b holds less weight where it has demand
+    corrected = allocate(gw, demand, home, capacity, served={"a": 0.8, "b": 1.2, "c": 1.0})
+    assert corrected["x"]["b"] + corrected["y"]["b"] < 2.0 - 0.01
+    assert allocate(gw, demand, home, capacity, served={"a": 1.0, "b": 1.0, "c": 1.0}) == home
