@@ -323,10 +323,11 @@ class Bench:
                                      {warmup: opened, warmup + measure: closed}, seed=self.args.seed))
             gateway_view = admin_tenants(nodes)
             cache = cache_per_tenant(nodes)
+            placement = placement_counts(nodes)
         finally:
             nodes.down()
         result = summarise(loads, served, warmup, warmup + measure)
-        result |= {"mode": mode, "cpu": cpu.result, "cache_per_tenant": cache,
+        result |= {"mode": mode, "cpu": cpu.result, "cache_per_tenant": cache, "placement": placement,
                    "gateway_min_max_ratio": {n: v.get("min_max_ratio") if isinstance(v, dict) else None
                                              for n, v in gateway_view.items()},
                    "gateway_tenants": gateway_view}
@@ -351,6 +352,19 @@ def admin_tenants(nodes: LocalCluster) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - today's gateway answers 404: report, go on
             out[node_id] = {"unavailable": repr(exc)[:200]}
     return out
+
+
+def placement_counts(nodes: LocalCluster) -> dict[str, Any]:
+    """What partition placement did over the whole run, from /_lakegate/admin/stats: partitions
+    moved and tables applied, summed over the nodes (each node counts the moves it applied, so a
+    move is counted once per node). What the moves cost, the blocks new owners fetched again, is
+    in the run's lake bytes next to the same run without placement (fq against fq+pp)."""
+    moved = applied = 0
+    for node_id in nodes.node_ids:
+        counters = ((nodes.admin_stats(node_id).get("cache") or {}).get("cluster") or {}).get("counters") or {}
+        moved += int(counters.get("partitions_moved", 0))
+        applied += int(counters.get("partition_tables_applied", 0))
+    return {"partitions_moved_total_over_nodes": moved, "tables_applied_total_over_nodes": applied}
 
 
 def cache_per_tenant(nodes: LocalCluster) -> dict[str, dict[str, float]]:
