@@ -352,6 +352,18 @@ class NodeFairness:
             total.add(Totals.from_doc(doc.get(part)))
         return total
 
+    def node_window(self, others: Sequence[Mapping[str, object]], windows: int) -> Totals:
+        """The node's last ``windows`` seconds: this worker's last windows and the others' last
+        published one, as many times (each publishes its last second only)."""
+        total = Totals()
+        for window in list(self.recent)[-windows:]:
+            total.add(window)
+        for doc in others:
+            last = Totals.from_doc(doc.get("window"))
+            for _ in range(windows):
+                total.add(last)
+        return total
+
     def tenants_json(self, others: Sequence[Mapping[str, object]], cache_bytes: Mapping[str, int],
                      cache_capacity: int) -> dict[str, object]:
         """``/_lakegate/admin/tenants``: per tenant on this node, and the node's min-max ratio."""

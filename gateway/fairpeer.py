@@ -92,8 +92,9 @@ class FairnessMember:
 
     async def report(self, request: wire.ReportsRequest) -> wire.DemandReport:
         others = self.others()
-        recent = self.fairness.node_totals(others, "recent")
-        window = max(1, len(self.fairness.recent))
+        # the last round's worth of windows: a swap is judged by service at the weights it acts on
+        window = max(1, min(len(self.fairness.recent), round(request.window_s)))
+        recent = self.fairness.node_window(others, window)
         partitions = self.partitions.recent()
         for doc in others:
             _add(partitions, _partition_doc(doc.get("partitions")))

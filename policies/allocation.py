@@ -34,6 +34,8 @@ SWAP_FRACTIONS = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125)
 CANDIDATES = 4
 # Swaps per call at most (tenants x nodes below this): bounds a call's time on large clusters.
 MAX_SWAPS = 64
+# The share of the measured error ``allocate`` corrects the model by, per call.
+CORRECTION = 0.5
 
 
 def service(capacity: float, demand: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
@@ -136,7 +138,8 @@ def allocate(
     plan = _Plan(global_weights, demand, current, capacity, step, floor)
     if served is not None:
         model = plan.totals()
-        plan.offset = {t: float(served.get(t, 0.0)) - model.get(t, 0.0) for t in plan.target}
+        # half the error: the measure lags the weights by up to a round, so the whole of it overshoots
+        plan.offset = {t: CORRECTION * (float(served.get(t, 0.0)) - model.get(t, 0.0)) for t in plan.target}
     spread = _spread(plan.ratios(plan.totals()))
     # the longest step home that serves no one worse, within the step bound (it spends the budget)
     room = _room_home(plan.weights, global_weights, step) if _sums_hold(plan.weights, global_weights) else 0.0

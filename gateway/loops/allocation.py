@@ -45,8 +45,8 @@ Limits = Mapping[str, Mapping[str, float]]  # tenant -> resource -> units/s, clu
 # the policy's swaps per round and its step (of a tenant's weight): 12 swaps of 3 nodes x 8 tenants
 # take ~50 ms of CPU, in a thread (the event loop keeps serving); measured on the benchmark's demand
 # pattern, the model reaches an MMR of 0.98 in 9 rounds (4 swaps of 0.25: 16 rounds)
-SWAPS_PER_ROUND = 12
-STEP = 0.5
+SWAPS_PER_ROUND = 8
+STEP = 0.35
 RELAX = 0.0  # allocate steps home only where that serves no one worse
 
 
