@@ -36,22 +36,22 @@ which are the ones that contend, are spread too).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from cachetier.fairness.admission import DELAY_BUCKETS, Fairness, TenantStats, quantile
 from gateway.settings import FairnessSettings
 from gateway.tenants import TenantDirectory
+from gateway.workerstats import SharedDoc
 from policies import allocation
 from policies.fairness import RESOURCES, FairQueue, TenantWindow
 
@@ -89,13 +89,12 @@ class NodeState:
     leader: str = ""
     cluster_mmr: float | None = None  # the cluster's min-max ratio as the leader last measured it
 
-    def to_json(self) -> str:
-        return json.dumps({"weights": self.weights, "lake_capacity": self.lake_capacity, "limits": self.limits,
-                           "epoch": self.epoch, "leader": self.leader, "cluster_mmr": self.cluster_mmr})
+    def to_doc(self) -> dict[str, object]:
+        return {"weights": self.weights, "lake_capacity": self.lake_capacity, "limits": self.limits,
+                "epoch": self.epoch, "leader": self.leader, "cluster_mmr": self.cluster_mmr}
 
     @classmethod
-    def from_json(cls, text: str) -> NodeState:
-        doc = json.loads(text)
+    def from_doc(cls, doc: Mapping[str, Any]) -> NodeState:
         return cls({str(t): float(w) for t, w in doc["weights"].items()},
                    None if doc["lake_capacity"] is None else float(doc["lake_capacity"]),
                    {str(t): {str(r): float(v) for r, v in caps.items()} for t, caps in doc["limits"].items()},
@@ -191,7 +190,6 @@ class NodeFairness:
         self.global_weights = {t.name: t.weight for t in tenants.tenants}
         self.global_limits = {t.name: t.limits() for t in tenants.tenants if t.limits()}
         self.workers = max(1, workers)
-        self.directory = directory  # the board's folder (several workers): where updates are shared
         send = settings.send_rate if settings.send_rate is not None else interface_speed()
         self.node_capacity: dict[str, float] = {
             "requests": settings.request_rate or math.inf,
@@ -201,7 +199,7 @@ class NodeFairness:
         lake = settings.lake_bandwidth / n if settings.lake_bandwidth else None
         caps = {t: {r: v / n for r, v in c.items()} for t, c in self.global_limits.items()}
         self.state = NodeState(dict(self.global_weights), lake, caps)
-        self._state_stamp = 0
+        self._shared = SharedDoc(directory, _UPDATE_FILE) if directory is not None and self.workers > 1 else None
         # this worker's part of the node (capacity per resource, weights, caps): 1/N of each
         # until the workers' demand is known, then ``policies.allocation.divide``
         self._capacity = self._even(self.capacity())
@@ -242,13 +240,8 @@ class NodeFairness:
         if state.leader == self.state.leader and state.epoch <= self.state.epoch:
             return False
         self._use(state)
-        if self.directory is not None and self.workers > 1:
-            tmp = self.directory / f".{_UPDATE_FILE}.{os.getpid()}"
-            try:
-                tmp.write_text(state.to_json())
-                os.replace(tmp, self.directory / _UPDATE_FILE)
-            except OSError as exc:
-                log.warning("could not share the fairness update with the other workers: %s", exc)
+        if self._shared is not None:
+            self._shared.write(state.to_doc())
         return True
 
     def _use(self, state: NodeState) -> None:
@@ -276,17 +269,13 @@ class NodeFairness:
         self._split_by_demand(window, others)
 
     def _read_update(self) -> None:
-        if self.directory is None:
+        doc = self._shared.changed() if self._shared is not None else None
+        if doc is None:
             return
-        path = self.directory / _UPDATE_FILE
         try:
-            stamp = path.stat().st_mtime_ns
-            if stamp == self._state_stamp:
-                return
-            state = NodeState.from_json(path.read_text())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            state = NodeState.from_doc(doc)
+        except (ValueError, KeyError, TypeError, AttributeError):
             return
-        self._state_stamp = stamp
         if (state.leader, state.epoch) != (self.state.leader, self.state.epoch):
             self._use(state)
 

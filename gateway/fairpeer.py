@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import fcntl
 import itertools
-import json
 import logging
 import math
 import os
@@ -36,6 +35,7 @@ from cachetier.cluster import wire
 from cachetier.cluster.node import Cluster
 from cachetier.cluster.ring import partition_of
 from gateway.admission import NodeFairness, NodeState, wants
+from gateway.workerstats import SharedDoc
 
 log = logging.getLogger("lakegate.fairness")
 
@@ -83,10 +83,9 @@ class FairnessMember:
         self.fairness = fairness
         self.cluster = cluster
         self.others = others  # the other workers' published fairness docs
-        self.directory = directory if fairness.workers > 1 else None
+        self._shared = SharedDoc(directory, _PARTITIONS_FILE) if directory is not None and fairness.workers > 1 else None
         self.partitions = PartitionDemand()
         self._sequence = itertools.count(1)
-        self._table_stamp = 0
 
     # ---- FairnessPeer ---------------------------------------------------------------------
 
@@ -115,16 +114,9 @@ class FairnessMember:
                                       update.cluster_mmr))
 
     async def apply_partitions(self, update: wire.PartitionsUpdate, sender: str) -> None:
-        if self.directory is None:
-            return
-        doc = {"leader": update.leader, "epoch": update.epoch, "base_version": update.base_version,
-               "table": [list(owners) for owners in update.table]}
-        tmp = self.directory / f".{_PARTITIONS_FILE}.{os.getpid()}"
-        try:
-            tmp.write_text(json.dumps(doc))
-            os.replace(tmp, self.directory / _PARTITIONS_FILE)
-        except OSError as exc:
-            log.warning("could not share the partition table with the other workers: %s", exc)
+        if self._shared is not None:
+            self._shared.write({"leader": update.leader, "epoch": update.epoch, "base_version": update.base_version,
+                                "table": [list(owners) for owners in update.table]})
 
     # ---- this worker ------------------------------------------------------------------------
 
@@ -136,19 +128,14 @@ class FairnessMember:
     def tick(self) -> None:
         """Every second: roll the partition window; pick up a table another worker received."""
         self.partitions.roll()
-        if self.directory is None:
+        doc = self._shared.changed() if self._shared is not None else None
+        if doc is None:
             return
-        path = self.directory / _PARTITIONS_FILE
         try:
-            stamp = path.stat().st_mtime_ns
-            if stamp == self._table_stamp:
-                return
-            doc = json.loads(path.read_text())
             update = wire.PartitionsUpdate(str(doc["leader"]), int(doc["epoch"]), str(doc["base_version"]),
                                            tuple(tuple(str(o) for o in owners) for owners in doc["table"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return
-        self._table_stamp = stamp
         if self.cluster.membership.ring.table != update.table:
             self.cluster.apply_table(update)
 

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 from cachetier.telemetry.snapshots import CacheSnapshot, TierStats
 
@@ -96,3 +97,34 @@ def _mapping(value: object) -> dict[str, object]:
 
 def _counts(value: object) -> dict[str, int]:
     return {k: v for k, v in _mapping(value).items() if isinstance(v, int)}
+
+
+class SharedDoc:
+    """One JSON document the node's workers hand each other through the board's folder (an
+    update from the cluster's leader that reached one worker): written whole and renamed into
+    place, read by the others when its file changed."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.path = directory / name
+        self._seen = 0  # the mtime (ns) of the version last read or written here
+
+    def write(self, doc: Mapping[str, object]) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, self.path)
+            self._seen = self.path.stat().st_mtime_ns
+        except OSError as exc:  # a full disk: the other workers keep their last until the next
+            log.warning("could not share %s with the node's other workers: %s", self.path.name, exc)
+
+    def changed(self) -> dict[str, Any] | None:
+        """The document, if another worker wrote a new one since the last call (else None)."""
+        try:
+            stamp = self.path.stat().st_mtime_ns
+            if stamp == self._seen:
+                return None
+            doc = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        self._seen = stamp
+        return doc if isinstance(doc, dict) else None

@@ -78,7 +78,7 @@ def test_the_leaders_updates_reach_the_other_node_over_http() -> None:
             await first.cluster.heartbeat_round({})  # second hears of first, and first of second
             assert [m.id for m in second.membership.live()] == ["n0", "n1"] == [m.id for m in first.membership.live()]
             weights = AllocationRounds(first.cluster, first.fairness, lambda: {"a": 1.0}, interval=2.0,
-                                       allocate=lambda g, demand, c, cap: {n: {"a": 5.0} for n in demand},
+                                       allocate=lambda g, demand, c, cap, **_: {n: {"a": 5.0} for n in demand},
                                        split=lambda total, demand: dict.fromkeys(demand, total / len(demand)),
                                        lake_bandwidth=100.0)
             await weights.round()

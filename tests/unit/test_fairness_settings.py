@@ -126,3 +126,16 @@ def test_a_worker_takes_the_part_of_the_node_its_tenants_demand_there() -> None:
     alpha_here = part * weights["alpha"] / (weights["alpha"] + weights["beta"])
     assert alpha_here == pytest.approx(50.0 * 0.95 + 2.5, rel=0.05)
     assert part > 50.0
+
+
+def test_a_leader_update_reaching_one_worker_reaches_the_others(tmp_path: Path) -> None:
+    tenants = (Tenant("a", "AK1", "s"), Tenant("b", "AK2", "s"))
+    settings = FairnessSettings(request_rate=100.0)
+    one = NodeFairness(settings, TenantDirectory(list(tenants)), workers=2, directory=tmp_path, clock=lambda: 0.0)
+    two = NodeFairness(settings, TenantDirectory(list(tenants)), workers=2, directory=tmp_path, clock=lambda: 0.0)
+    assert one.apply(NodeState({"a": 1.5, "b": 0.5}, 7e6, {}, epoch=5, leader="n1", cluster_mmr=0.9))
+    two.tick([])  # the other worker's next second
+    assert two.state.weights == {"a": 1.5, "b": 0.5} and two.state.lake_capacity == 7e6
+    assert two.state.cluster_mmr == 0.9
+    one.tick([])  # its own write is not news to the worker that wrote it
+    assert one.state.epoch == 5
