@@ -187,8 +187,8 @@ class NodeFairness:
         # LAKEGATE_FAIRNESS=off with capacities set: the same capacities, one first-come queue for
         # every tenant (the baseline fairness is measured against: a node that is just as big)
         self.fifo = not settings.fq
-        self.global_weights = {t.name: t.weight for t in tenants.tenants}
-        self.global_limits = {t.name: t.limits() for t in tenants.tenants if t.limits()}
+        self.global_weights = tenants.weights()
+        self.global_limits = tenants.limits()
         self.workers = max(1, workers)
         send = settings.send_rate if settings.send_rate is not None else interface_speed()
         self.node_capacity: dict[str, float] = {

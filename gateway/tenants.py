@@ -83,6 +83,14 @@ class TenantDirectory:
                 raise TenantsFileError(f"{path}: duplicate tenant {attr}")
         return cls(tenants)
 
+    def weights(self) -> dict[str, float]:
+        """Tenant name -> weight."""
+        return {t.name: t.weight for t in self.tenants}
+
+    def limits(self) -> dict[str, dict[str, float]]:
+        """Tenant name -> its hard caps by resource, for the tenants that have any (cluster-wide)."""
+        return {t.name: t.limits() for t in self.tenants if t.limits()}
+
     def by_access_key(self, access_key: str) -> Tenant | None:
         return self._by_key.get(access_key)
 

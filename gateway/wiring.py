@@ -296,21 +296,15 @@ def fairness_loops(settings: Settings, tenants: TenantDirectory, cluster: Cluste
     partition placement. Each round does nothing on a node that does not lead."""
     fair = settings.fairness
 
-    def weights() -> dict[str, float]:
-        return {t.name: t.weight for t in tenants.tenants}
-
-    def limits() -> dict[str, dict[str, float]]:
-        return {t.name: t.limits() for t in tenants.tenants if t.limits()}
-
     def unchanged(gw: Mapping[str, float], demand: Mapping[str, Mapping[str, float]],
                   current: Mapping[str, Mapping[str, float]], capacity: Mapping[str, float], *,
                   served: Mapping[str, float]) -> dict[str, dict[str, float]]:
         return {n: {t: current.get(n, {}).get(t, w) for t, w in gw.items()} for n in demand}
 
     async def run() -> None:
-        loops = [allocation_loop(cluster, member, weights, fair.allocation_interval,
+        loops = [allocation_loop(cluster, member, tenants.weights, fair.allocation_interval,
                                  allocate=None if fair.wa else unchanged, lake_bandwidth=fair.lake_bandwidth,
-                                 limits=limits)]
+                                 limits=tenants.limits)]
         if fair.pp:
             loops.append(placement_loop(cluster, member, fair.placement_interval, fair.placement_moves))
         await asyncio.gather(*loops)
@@ -361,7 +355,7 @@ async def running_node(
             if settings.cluster is not None:
                 cluster = await open_cluster(stack, settings.cluster)
             l2_capacity = settings.cluster.l2_capacity if settings.cluster is not None else 0
-            weights = {t.name: t.weight for t in tenants.tenants} if settings.fairness.occupancy else None
+            weights = tenants.weights() if settings.fairness.occupancy else None
             cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity, shared, weights)
         load = _load(cache)
         secret = settings.cluster.secret if settings.cluster is not None else b""
@@ -380,8 +374,7 @@ async def running_node(
             lock_dir = board.directory if board is not None and settings.server.workers > 1 else None
             start_task(stack, loop_lock(lock_dir, fairness_loops(settings, tenants, cluster, member)))
         served = cache if cache is not None else lake
-        s3 = S3Frontend(served, tenants, settings.server.frontend,
-                        fairness=fairness)
+        s3 = S3Frontend(served, tenants, settings.server.frontend, fairness=fairness)
         node = Node(settings, tenants, served, cache, cluster, s3, peer_api, board=board, fairness=fairness,
                     fair_member=member)
         if fairness is not None:
