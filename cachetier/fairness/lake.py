@@ -19,7 +19,7 @@ no bytes pile up in memory.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from cachetier.context import current
@@ -47,20 +47,36 @@ class MeteredLake:
             await self._charge(tenant, "lake_bytes", range.last - range.first + 1)
             return await self.lake.get_object(bucket, key, range, conditions)
         stream = await self.lake.get_object(bucket, key, range, conditions)
-        return ObjectStream(stream.info, stream.content_range, self._metered(stream.body, tenant), stream.first_in)
-
-    async def _metered(self, body: Served, tenant: str) -> AsyncIterator[Any]:
-        try:
-            async for piece in body:
-                await self._charge(tenant, "lake_bytes", len(piece))
-                yield piece
-        finally:
-            aclose = getattr(body, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        return ObjectStream(stream.info, stream.content_range, _Metered(stream.body, self._charge, tenant),
+                            stream.first_in)
 
     def __getattr__(self, name: str) -> Any:  # every other call is the lake's own
         return getattr(self.lake, name)
+
+
+class _Metered:
+    """A lake body whose pieces are charged as they are taken in. Not an async generator: one
+    closed before its first piece would never run its ``finally``, so the lake's body under it
+    (its connection) would stay open until garbage collection; ``aclose`` here always closes it."""
+
+    def __init__(self, body: Served, charge: Charge, tenant: str) -> None:
+        self._body = body
+        self._pieces = aiter(body)
+        self._charge = charge
+        self._tenant = tenant
+
+    def __aiter__(self) -> _Metered:
+        return self
+
+    async def __anext__(self) -> Any:
+        piece = await anext(self._pieces)
+        await self._charge(self._tenant, "lake_bytes", len(piece))
+        return piece
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._body, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def metered(lake: Lake, charge: Charge) -> Lake:

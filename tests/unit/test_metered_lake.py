@@ -74,3 +74,35 @@ def test_everything_but_reads_is_the_lakes_own() -> None:
         assert info.size == 10 and charges.charged == []
 
     asyncio.run(test())
+
+
+def test_a_stream_closed_before_its_first_piece_closes_the_lakes_body() -> None:
+    async def test() -> None:
+        inner = memory_lake(B)
+        await put(inner, "k", bytes(2000))
+        closed: list[bool] = []
+        original = inner.get_object
+
+        async def get_object(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+            stream = await original(*args, **kwargs)  # type: ignore[arg-type]
+            body = stream.body
+
+            async def watched():  # type: ignore[no-untyped-def]
+                try:
+                    async for piece in body:
+                        yield piece
+                finally:
+                    closed.append(True)
+
+            watched_body = watched()
+            await anext(watched_body)  # started: its finally runs on aclose
+            stream.body = watched_body
+            return stream
+
+        inner.get_object = get_object  # type: ignore[method-assign]
+        lake = metered(inner, Charges([]))
+        stream = await lake.get_object(B, "k", ByteRange(first=0, last=4095))  # unknown length: metered as read
+        await stream.aclose()  # the read path cut it short: a cold key over the size limit
+        assert closed == [True]
+
+    asyncio.run(test())
