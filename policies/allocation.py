@@ -100,7 +100,6 @@ def allocate(
     step: float = 0.25,
     floor: float = 0.01,
     max_swaps: int = MAX_SWAPS,
-    relax: float = 0.0,
     served: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, float]]:
     """New local weights (node -> tenant -> weight) for every node in ``demand``, one bounded
@@ -118,7 +117,7 @@ def allocate(
       fair allocation comes back unchanged).
     - Home first: the weights move back toward the global weights (a convex step, which keeps
       node sums and tenant sums wherever they held) by the longest of 1, 1/2, 1/4, 1/8 of the
-      way that leaves the model's spread no worse, else by ``relax`` (0: not at all). Weight
+      way that leaves the model's spread no worse (else not at all). Weight
       that a tenant's demand no longer needs so goes home instead of staying where an earlier
       round put it: when every tenant is backlogged everywhere, swaps that change nobody's total
       are neither better nor worse to the model, and would otherwise stay, skewing real service.
@@ -143,13 +142,13 @@ def allocate(
     spread = _spread(plan.ratios(plan.totals()))
     # the longest step home that serves no one worse, within the step bound (it spends the budget)
     room = _room_home(plan.weights, global_weights, step) if _sums_hold(plan.weights, global_weights) else 0.0
-    for fraction in (1.0, 0.5, 0.25, 0.125, relax):
+    for fraction in (1.0, 0.5, 0.25, 0.125):
         fraction = min(fraction, room)
         if fraction <= 0:
             break
         home = _Plan(global_weights, demand, _towards(plan.weights, global_weights, fraction), capacity, step, floor)
         home.offset = plan.offset
-        if _spread(home.ratios(home.totals())) <= spread + EPSILON * max(1.0, spread) or fraction == relax:
+        if _spread(home.ratios(home.totals())) <= spread + EPSILON * max(1.0, spread):
             for (node, tenant), budget in home.budget.items():
                 home.budget[node, tenant] = budget - abs(home.weights[node][tenant] - plan.weights[node][tenant])
             plan = home

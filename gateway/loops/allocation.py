@@ -47,7 +47,6 @@ Limits = Mapping[str, Mapping[str, float]]  # tenant -> resource -> units/s, clu
 # pattern, the model reaches an MMR of 0.98 in 9 rounds (4 swaps of 0.25: 16 rounds)
 SWAPS_PER_ROUND = 8
 STEP = 0.35
-RELAX = 0.0  # allocate steps home only where that serves no one worse
 
 
 @dataclass(frozen=True)
@@ -175,7 +174,7 @@ class AllocationRounds:
         self.follower = Follower(cluster, local)
         self.global_weights, self.limits = global_weights, limits
         self.interval = interval
-        self.allocate: Allocate = allocate or _policy("allocate", max_swaps=SWAPS_PER_ROUND, step=STEP, relax=RELAX)
+        self.allocate: Allocate = allocate or _policy("allocate", max_swaps=SWAPS_PER_ROUND, step=STEP)
         self.split: Split = split or _policy("split")
         self.lake_bandwidth = lake_bandwidth
         self.clock = clock
