@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.store import MemoryBlockStore
 from cachetier.cluster import wire
-from cachetier.cluster.client import PeerUnavailable
+from cachetier.cluster.client import Answered, PeerUnavailable
 from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import Membership
 from cachetier.cluster.memory import MemoryPeers
@@ -192,13 +192,14 @@ class LoopbackPeers(MemoryPeers):
         self.fetches: list[tuple[str, str, int]] = []  # (to node, key, index)
 
     async def fetch_block(
-        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
+        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str,
+        answered: Answered | None = None,
     ) -> AsyncIterator[bytes]:
         self.fetches.append((member.id, info.key, index))
         fault = self.faults.get(member.id)
         if fault is not None and fault.after == 0:
             raise PeerUnavailable(f"{member.id} is down")
-        pieces = super().fetch_block(member, info, index, block_size, tenant)
+        pieces = super().fetch_block(member, info, index, block_size, tenant, answered)
         sent = 0
         try:
             async for piece in pieces:

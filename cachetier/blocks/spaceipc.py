@@ -263,16 +263,17 @@ class RemoteSpace:
         pass  # the connection is the worker's, closed by whoever opened it
 
 
-def socket_path(cache_dir: str | os.PathLike[str]) -> str:
-    """Where a node's space server listens: in its cache directory, or (a Unix socket's path is
-    limited to 107 bytes) in a private directory under /tmp named after it."""
-    path = os.path.join(os.path.abspath(os.fspath(cache_dir)), "space.sock")
+def socket_path(cache_dir: str | os.PathLike[str], name: str = "space.sock") -> str:
+    """Where a node's socket ``name`` lives (the space server's, by default): in its cache
+    directory, or (a Unix socket's path is limited to 107 bytes) in a private directory under
+    /tmp named after it."""
+    path = os.path.join(os.path.abspath(os.fspath(cache_dir)), name)
     if len(path.encode()) <= 100:
         return path
     import hashlib
     import tempfile
 
-    digest = hashlib.sha256(path.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(os.path.dirname(path).encode()).hexdigest()[:16]
     private = os.path.join(tempfile.gettempdir(), f"lakegate-{os.getuid()}-{digest}")
     os.makedirs(private, mode=0o700, exist_ok=True)
-    return os.path.join(private, "space.sock")
+    return os.path.join(private, name)

@@ -22,6 +22,9 @@ from cachetier.lake import ObjectInfo
 from cachetier.net.transport import LakeTransport
 
 
+Answered = Callable[[wire.BlockAnswer], None]  # told a block's answer before its bytes
+
+
 class PeerUnavailable(Exception):
     """A peer could not serve the request (down, overloaded, or answered with an error)."""
 
@@ -50,9 +53,11 @@ class Peers(Protocol):
         ...
 
     def fetch_block(
-        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
+        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str,
+        answered: Answered | None = None,
     ) -> AsyncIterator[bytes]:
-        """Block ``index`` of ``info``'s version, from its owner ``member``, as it arrives.
+        """Block ``index`` of ``info``'s version, from its owner ``member``, as it arrives;
+        ``answered`` is called with the owner's answer before the first byte.
 
         Raises PeerUnavailable (before or during the body: the caller fetches what is missing
         elsewhere) or PreconditionFailed (the lake's object is no longer ``info``)."""
@@ -159,7 +164,8 @@ class PeerClient:
             raise PeerUnavailable(f"{member.url}: bad {path} answer: {exc}") from exc
 
     async def fetch_block(
-        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
+        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str,
+        answered: Answered | None = None,
     ) -> AsyncIterator[bytes]:
         request = block_request(info, index, block_size, tenant)
         query = request.to_query()
@@ -170,7 +176,9 @@ class PeerClient:
                     raise PreconditionFailed(f"{member.id}: the object changed in the lake")
                 if resp.status_code != 200:
                     raise PeerUnavailable(f"{member.id}: block answered {resp.status_code}")
-                _check_length(member, request, resp.headers)
+                answer = _check_length(member, request, resp.headers)
+                if answered is not None:
+                    answered(answer)
                 async for chunk in resp.aiter_raw():
                     yield chunk
         except httpx2.HTTPError as exc:
@@ -180,12 +188,13 @@ class PeerClient:
         await self.client.aclose()
 
 
-def _check_length(member: Member, request: wire.BlockRequest, headers: Mapping[str, str]) -> None:
-    """An answer that will not be the whole block is refused before its first byte (so the
+def _check_length(member: Member, request: wire.BlockRequest, headers: Mapping[str, str]) -> wire.BlockAnswer:
+    """The answer; one that will not be the whole block is refused before its first byte (so the
     reader asks the next owner rather than taking part of a block from this one)."""
     try:
-        length = wire.BlockAnswer.from_headers(headers).length
+        answer = wire.BlockAnswer.from_headers(headers)
     except wire.WireError as exc:
         raise PeerUnavailable(f"{member.id}: {exc}") from None
-    if length != request.length:
-        raise PeerUnavailable(f"{member.id}: block {request.index} of {length} bytes, expected {request.length}")
+    if answer.length != request.length:
+        raise PeerUnavailable(f"{member.id}: block {request.index} of {answer.length} bytes, expected {request.length}")
+    return answer

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import NoReturn
 
 from cachetier.cluster import wire
-from cachetier.cluster.client import PeerUnavailable, block_request
+from cachetier.cluster.client import Answered, PeerUnavailable, block_request
 from cachetier.cluster.follower import Follower
 from cachetier.cluster.owner import Owner, WrongBlockSize
 from cachetier.cluster.ring import Member
@@ -81,7 +81,8 @@ class MemoryPeers:
         wire.Acknowledged.from_json(answer.to_json())
 
     async def fetch_block(
-        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
+        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str,
+        answered: Answered | None = None,
     ) -> AsyncIterator[bytes]:
         sent = block_request(info, index, block_size, tenant)
         request = wire.BlockRequest.from_query(sent.to_query(), sent.headers())
@@ -91,6 +92,8 @@ class MemoryPeers:
             raise PreconditionFailed(f"{member.id}: the object changed in the lake") from exc
         except (wire.WireError, WrongBlockSize, S3Error) as exc:
             _unavailable(member.id, exc)
+        if answered is not None:
+            answered(served.answer)
         try:
             async for piece in served.pieces:
                 yield piece

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from cachetier.lake import ObjectInfo
 from cachetier.cluster import wire
 from cachetier.cluster.membership import Membership
-from cachetier.cluster.client import Peers, PeerUnavailable
+from cachetier.cluster.client import Answered, Peers, PeerUnavailable
 from cachetier.cluster.ring import Member
 from cachetier.telemetry.snapshots import RingReport
 
@@ -78,10 +78,11 @@ class Cluster:
         self.membership.suspect(member.id)
 
     def fetch_block(
-        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str
+        self, member: Member, info: ObjectInfo, index: int, block_size: int, tenant: str,
+        answered: Answered | None = None,
     ) -> AsyncIterator[bytes]:
         """(Blocks and bytes fetched from peers are counted per tenant by the read path.)"""
-        return self.client.fetch_block(member, info, index, block_size, tenant)
+        return self.client.fetch_block(member, info, index, block_size, tenant, answered)
 
     # ---- the write path ---------------------------------------------------------------------
 

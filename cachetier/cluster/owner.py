@@ -52,7 +52,9 @@ class LocalReads(Protocol):
 
     def invalidate(self, bucket: str, key: str) -> None: ...
 
-    def serve_block(self, info: ObjectInfo, index: int) -> AsyncIterator[bytes]: ...
+    def serve_block(
+        self, info: ObjectInfo, index: int, cached: Callable[[bool], None] | None = None
+    ) -> AsyncIterator[bytes]: ...
 
 
 @dataclass(frozen=True)
@@ -93,9 +95,10 @@ class Owner:
             raise WrongBlockSize(f"block size {message.block_size} differs from this node's {self.reads.block_size}")
         current.set(RequestContext(tenant=message.tenant))
         info = ObjectInfo(message.bucket, message.key, message.size, message.etag, _EPOCH)
-        pieces = self.reads.serve_block(info, message.index)
+        source: list[bool] = []
+        pieces = self.reads.serve_block(info, message.index, source.append)
         first = await anext(pieces)
-        return ServedBlock(wire.BlockAnswer(message.length), self._counted(first, pieces))
+        return ServedBlock(wire.BlockAnswer(message.length, source[0] if source else None), self._counted(first, pieces))
 
     async def _counted(self, first: bytes, pieces: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
         """``first`` and the rest of ``pieces``, counted as served once all were taken."""

@@ -77,6 +77,7 @@ TIME_HEADER = "x-lakegate-time"
 SIGNATURE_HEADER = "x-lakegate-signature"
 NONCE_HEADER = "x-lakegate-nonce"
 TENANT_HEADER = "x-lakegate-tenant"  # the tenant a block is fetched for (fairness, stats)
+CACHED_HEADER = "x-lakegate-cached"  # a block answer: 1 from the owner's stores, 0 fetched from the lake
 _AUTH_HEADERS = (NODE_HEADER, TIME_HEADER, NONCE_HEADER)  # what ``sign`` adds
 # the headers the signature covers, in the signed string's order: every one a receiver acts on
 SIGNED_HEADERS = (*_AUTH_HEADERS, TENANT_HEADER)
@@ -414,12 +415,19 @@ class BlockRequest:
 
 @dataclass(frozen=True)
 class BlockAnswer:
-    """A block's answer, before its bytes: how many follow."""
+    """A block's answer, before its bytes: how many follow, and whether the owner had the block
+    in its stores (``cached``; False: it is fetching it from the lake; None: not said, an older
+    peer). The reader's miss cost counts only answers from the owner's cache: a lake fetch by
+    the owner is the owner's L2 miss (issue 13)."""
 
     length: int
+    cached: bool | None = None
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        return [(b"content-type", b"application/octet-stream"), (b"content-length", str(self.length).encode())]
+        headers = [(b"content-type", b"application/octet-stream"), (b"content-length", str(self.length).encode())]
+        if self.cached is not None:
+            headers.append((CACHED_HEADER.encode(), b"1" if self.cached else b"0"))
+        return headers
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, str]) -> Self:
@@ -429,7 +437,8 @@ class BlockAnswer:
             raise WireError("a block answer needs its content-length") from None
         if length < 0:
             raise WireError(f"a block answer of {length} bytes")
-        return cls(length)
+        cached = headers.get(CACHED_HEADER)
+        return cls(length, None if cached not in ("0", "1") else cached == "1")
 
 
 # ---- fairness (issue 12): the leader's weight allocation (WA) and partition placement (PP) -------

@@ -42,6 +42,7 @@ from cachetier.read.sequential import SequentialReaders
 from cachetier.read.sources import Sources
 from cachetier.read.tiers import Tiers
 from cachetier.telemetry.counters import CacheStats
+from cachetier.telemetry.reuse import SizingProbe
 from policies import admission, readahead
 
 
@@ -65,6 +66,7 @@ class ReadPath:
         l2: BlockStore | None = None,
         cluster: Cluster | None = None,
         generations: Generations | None = None,
+        probe: SizingProbe | None = None,
     ) -> None:
         self.lake = lake
         self.cluster = cluster
@@ -75,7 +77,9 @@ class ReadPath:
         self.meta = MetadataCache(config.meta_ttl, clock, generations=generations)
         self.tiers = Tiers(store, l2, stats, config.block_size, cluster)
         self.fetches = Fetches()
-        self.sources = Sources(lake, self.tiers, self.fetches, self.meta, stats, cluster=cluster, spawn=self._spawn)
+        self.probe = probe  # samples the blocks clients read, for the tiers' miss-ratio curves
+        self.sources = Sources(lake, self.tiers, self.fetches, self.meta, stats, cluster=cluster, spawn=self._spawn,
+                               probe=probe)
         self._lookups = MetadataFlights(self.meta)
         self._sequential = SequentialReaders(config.block_size, config.readahead)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -215,8 +219,10 @@ class ReadPath:
             lo, hi = block_bounds(index, info.size, self.block_size)
             a, b = max(start, lo) - lo, min(end, hi) - lo + 1
             bid = _block_id(info.bucket, info.key, info.etag, index, self.block_size)
-            data, tier = await self.tiers.read_piece(bid, hi - lo + 1, asked=self.tiers.asked(info, index),
-                                                     region=ctx.zero_copy)
+            asked = self.tiers.asked(info, index)
+            data, tier = await self.tiers.read_piece(bid, hi - lo + 1, asked=asked, region=ctx.zero_copy)
+            if self.probe is not None:  # the stream of the tier that keeps this block: L2 if it is ours
+                self.probe.reference(asked[-1], bid.hex, hi - lo + 1, ctx.tenant, data is not None)
             if data is not None:
                 self._prefetch(info, ahead, ctx)
                 self.stats.add(ctx.tenant, "hits" if tier == "l1" else "l2_hits")
@@ -266,11 +272,13 @@ class ReadPath:
             self.stats.add(ctx.tenant, "prefetches")
             self.sources.start(info, index, bid, ctx)
 
-    async def serve_block(self, info: ObjectInfo, index: int) -> AsyncIterator[bytes]:
+    async def serve_block(
+        self, info: ObjectInfo, index: int, cached: Callable[[bool], None] | None = None
+    ) -> AsyncIterator[bytes]:
         """Block ``index`` of ``info``'s version for a peer (``Sources.serve``)."""
         # a cold read here may be GETting this very block: join it, not race it
         await self._lookups.settled(info.bucket, info.key)
-        async for piece in self.sources.serve(info, index):
+        async for piece in self.sources.serve(info, index, cached):
             yield piece
 
     @property

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from cachetier.blocks.ids import BlockId, block_bounds
 from cachetier.blocks.store import BlockStore
-from cachetier.cluster.client import PeerUnavailable
+from cachetier.cluster import wire
+from cachetier.cluster.client import Answered, PeerUnavailable
 from cachetier.cluster.node import Cluster
 from cachetier.cluster.ring import Member
 from cachetier.context import RequestContext, current
@@ -28,6 +30,7 @@ from cachetier.read.fetch import BlockFetch, Fetches, ObjectChanged
 from cachetier.read.metadata import MetadataCache
 from cachetier.read.tiers import Tiers
 from cachetier.telemetry.counters import CacheStats
+from cachetier.telemetry.reuse import SizingProbe
 from policies import selection
 
 log = logging.getLogger("lakegate.readpath")
@@ -42,7 +45,7 @@ class Sources:
 
     def __init__(
         self, lake: Lake, tiers: Tiers, fetches: Fetches, meta: MetadataCache, stats: CacheStats,
-        *, cluster: Cluster | None, spawn: Spawn,
+        *, cluster: Cluster | None, spawn: Spawn, probe: SizingProbe | None = None,
     ) -> None:
         self.lake = lake
         self.tiers = tiers
@@ -51,6 +54,7 @@ class Sources:
         self.stats = stats
         self.block_size = tiers.block_size
         self.cluster = cluster
+        self.probe = probe  # the sizing loop's sampler: reads of owned blocks, fill timings
         self._spawn = spawn
         # versions whose blocks this node served to peers, which its metadata cache may not know
         self._served: OrderedDict[tuple[str, str], ObjectInfo] = OrderedDict()
@@ -105,20 +109,28 @@ class Sources:
     ) -> BlockStore:
         """Feed the block's bytes into ``fetch`` as they arrive, and say which store keeps them
         (``policies.tiering``): from the sources ``policies.selection`` plans, the block's
-        owners that are other nodes, then the lake."""
+        owners that are other nodes, then the lake. A whole fill from one source is timed, as
+        what a miss of the tier that keeps the block cost (the sizing loop's miss costs): a
+        fetch from the owner's cache for L1, a lake fetch for the tier that keeps it; a peer's
+        answer it fetched from the lake is the owner's L2 miss, not timed here."""
         keeper = self.tiers.keeper
+        started = time.monotonic()
         if opened is not None or for_peer or self.cluster is None:
             await self._from_lake(info, index, fetch, ctx, opened)
-            return keeper(owned_here=True)
+            return self._timed(keeper(owned_here=True), started, fetch.size)
         owners = {m.id: m for m in self.cluster.owners(info.bucket, info.key, index)}
         for source in selection.sources(list(owners), self.cluster.me.id):
             if isinstance(source, selection.FromLake):
                 await self._from_lake(info, index, fetch, ctx, None)
-                return keeper(source.owned_here)
+                return self._timed(keeper(source.owned_here), started, fetch.size)
             member = owners[source.node_id]
+            answers: list[wire.BlockAnswer] = []
             try:
-                await self._from_peer(member, info, index, fetch, ctx)
-                return keeper(owned_here=False)
+                await self._from_peer(member, info, index, fetch, ctx, answers.append)
+                store = keeper(owned_here=False)
+                if answers and answers[0].cached is not False:  # (None: a peer that does not say)
+                    self._timed(store, started, fetch.size)
+                return store
             except PeerUnavailable as exc:
                 log.info("block %s of %s/%s: owner %s failed (%s)", index, info.bucket, info.key, member.id, exc)
                 self.cluster.suspect(member)
@@ -127,13 +139,20 @@ class Sources:
                     return keeper(selection.after_partial_failure().owned_here)
         raise AssertionError("unreachable: a plan ends with the lake")
 
+    def _timed(self, store: BlockStore, started: float, size: int) -> BlockStore:
+        """Tell the sizing loop what the miss of ``store``'s tier that this fill was cost."""
+        if self.probe is not None:
+            self.probe.miss("l2" if store is self.tiers.l2 else "l1", time.monotonic() - started, size)
+        return store
+
     async def _from_peer(
-        self, member: Member, info: ObjectInfo, index: int, fetch: BlockFetch, ctx: RequestContext
+        self, member: Member, info: ObjectInfo, index: int, fetch: BlockFetch, ctx: RequestContext,
+        answered: Answered | None = None,
     ) -> None:
         assert self.cluster is not None
         lo, hi = block_bounds(index, info.size, self.block_size)
         self.stats.add(ctx.tenant, "peer_fetches")
-        async for chunk in self.cluster.fetch_block(member, info, index, self.block_size, ctx.tenant):
+        async for chunk in self.cluster.fetch_block(member, info, index, self.block_size, ctx.tenant, answered):
             if fetch.size + len(chunk) > hi - lo + 1:
                 raise PeerUnavailable(f"{member.id} sent more than block {index}")
             first = not fetch.size
@@ -168,10 +187,13 @@ class Sources:
         if fetch.size != hi - lo + 1:
             raise ObjectChanged(f"lake sent {fetch.size} bytes for block {index}, expected {hi - lo + 1}")
 
-    async def serve(self, info: ObjectInfo, index: int) -> AsyncIterator[bytes]:
+    async def serve(
+        self, info: ObjectInfo, index: int, cached: Callable[[bool], None] | None = None
+    ) -> AsyncIterator[bytes]:
         """Block ``index`` of ``info``'s version for a peer (this node is, or was, its owner):
         from L2 (or L1), else fetched from the lake once, however many peers ask, and kept in
-        L2. Never from another peer. The version is remembered (``forget_served``)."""
+        L2. Never from another peer. The version is remembered (``forget_served``).
+        ``cached`` is told, before the first byte, whether the block was in a store here."""
         ctx = current.get()
         self._served[(info.bucket, info.key)] = info
         self._served.move_to_end((info.bucket, info.key))
@@ -182,6 +204,10 @@ class Sources:
         # a peer's read asks the owner's tier (L2); a write-through copy in L1 is only probed
         order = ("l2", "l1") if self.tiers.l2 is not None else ("l1",)
         data, _ = await self.tiers.read(bid, hi - lo + 1, order=order, asked=order[:1])
+        if self.probe is not None:  # a read of this node's share of the L2 stream
+            self.probe.reference(order[0], bid.hex, hi - lo + 1, ctx.tenant, data is not None)
+        if cached is not None:
+            cached(data is not None)
         if data is not None:
             self.stats.add(ctx.tenant, "peer_hits")
             yield data

@@ -312,3 +312,37 @@ def test_an_owner_that_only_served_peers_drops_that_version_on_invalidation(lake
         assert bid(etag, key) not in owner.l2
 
     run(main())
+
+
+# ---- the sizing loop's samples (issue 13) --------------------------------------------------------
+
+
+def test_reads_are_sampled_per_tier_and_only_fills_from_a_cache_or_the_lake_are_timed(lake: CountingLake) -> None:
+    """The reader's read of a block another node owns is L1's stream, the owner's serving of it
+    L2's; a fill from the owner's L2 is an L1 miss's cost, the owner's lake fill an L2 miss's,
+    and a peer's answer that the owner itself fetched from the lake is no L1 cost at all."""
+    from cachetier.telemetry.reuse import ReuseHub, SizingProbe
+
+    owner, reader, third = nodes(lake)
+    hubs = {}
+    for node in (owner, reader):
+        hub = hubs[node] = ReuseHub(1.0, 1 << 20)
+        node.reads.probe = node.reads.sources.probe = SizingProbe(None, 1.0, hub)
+    cold = key_owned_by(owner)
+    warm = key_owned_by(owner, besides=cold)
+
+    async def main() -> None:
+        await put(lake, cold, os.urandom(BS))
+        await put(lake, warm, os.urandom(BS))
+        await read(owner.reads, warm)  # the owner's own read: its L2 keeps the block
+        await settle([owner, reader, third])
+        await read(reader.reads, cold)  # the owner fetches it from the lake for the reader
+        await read(reader.reads, warm)  # the owner has it
+        await settle([owner, reader, third])
+
+    run(main())
+    mine, theirs = hubs[reader].snapshot().streams, hubs[owner].snapshot().streams
+    assert mine["l1"].sampled_references == 2 and mine["l2"].sampled_references == 0
+    assert theirs["l2"].sampled_references == 3 and theirs["l2"].sampled_hits == 1  # warm, for the reader
+    assert mine["l1"].misses_timed == 1  # warm: from the owner's L2; cold's answer said "fetched"
+    assert theirs["l2"].misses_timed == 2 and theirs["l1"].misses_timed == 0  # both lake fills

@@ -365,3 +365,11 @@ def test_an_evicted_senders_floor_outlives_its_last_nonce() -> None:
 
 def test_every_wire_error_is_one_type() -> None:
     assert issubclass(wire.PeerAuthError, wire.WireError) and issubclass(wire.WireError, ValueError)
+
+
+def test_a_block_answer_says_whether_the_owner_had_the_block() -> None:
+    for cached in (True, False, None):
+        headers = {k.decode(): v.decode() for k, v in wire.BlockAnswer(5, cached).headers()}
+        assert wire.BlockAnswer.from_headers(headers) == wire.BlockAnswer(5, cached)
+    odd = wire.BlockAnswer.from_headers({"content-length": "5", wire.CACHED_HEADER: "maybe"})
+    assert odd.cached is None  # an older (or odd) peer says nothing
