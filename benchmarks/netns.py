@@ -46,16 +46,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from harness.ceph import CephCluster
 from harness.processes import REPO_ROOT, cancel_on_exit, exit_on_signals, log, on_exit
 from harness.results import emit_result, machine_info
 from harness.units import MiB
 
+T = TypeVar("T")
 NAME_PREFIX = "lakegate-bench-"
 CLIENT_HOST = "127.0.0.1"
 PEER_HOST = "127.0.0.2"
@@ -174,6 +175,42 @@ class ShapedNetwork:
             if libc.setns(ns.fileno(), _CLONE_NEWNET) != 0:
                 errno = ctypes.get_errno()
                 raise OSError(errno, f"setns({self.name}): {os.strerror(errno)}")
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` in a new thread moved into the namespace (setns moves that thread alone): every
+        socket it opens and every process it starts is inside, while the caller stays outside
+        (a test runner). Returns what ``fn`` returns, or raises what it raised."""
+        out: list[Any] = []
+
+        def run() -> None:
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                with open(f"/run/netns/{self.name}", "rb") as ns:
+                    if libc.setns(ns.fileno(), _CLONE_NEWNET) != 0:
+                        raise OSError(ctypes.get_errno(), f"setns({self.name})")
+                out.append((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                out.append((False, exc))
+
+        thread = threading.Thread(target=run, name=f"in {self.name}")
+        thread.start()
+        thread.join()
+        ok, value = out[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def set_rate(self, link: str, mbit: float) -> None:
+        """Change the ``lake`` or ``cluster`` link's rate now (tc class change)."""
+        classid = {"lake": LAKE_CLASS, "cluster": CLUSTER_CLASS}[link]
+        burst = str(_burst_bytes(mbit))
+        self._tc("class", "change", "dev", "lo", "parent", "1:", "classid", classid, "htb",
+                 "rate", f"{mbit:.0f}mbit", "ceil", f"{mbit:.0f}mbit", "burst", burst, "cburst", burst,
+                 "quantum", str(GSO_PACKET))
+        if link == "lake":
+            self.lake_mbit = mbit
+        else:
+            self.cluster_mbit = mbit
 
     def ceph(self, **kwargs: Any) -> CephCluster:
         """A :class:`CephCluster` whose daemons run inside; its RGW port is shaped as the lake.

@@ -8,12 +8,19 @@ as sent). hot_read's cold reads go through it too, so that what lakegate adds to
 first byte can be told apart from what any process in the path adds here.
 
     python -m benchmarks.relay --listen 127.0.0.1:7600 --to 127.0.0.1:7591
+
+With ``--listen-netns NAME`` it listens inside the network namespace NAME (benchmarks/netns.py)
+and connects to the target from its own (the root) namespace: a bridge that lets nodes in a
+shaped namespace reach a lake outside it (the session's RGW), the listening port shaped as the
+lake link (``NetnsBridge``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import socket
 import subprocess
 import sys
 import time
@@ -64,7 +71,26 @@ class _Side(asyncio.Protocol):
             self.peer.transport.resume_reading()
 
 
-async def serve(listen: tuple[str, int], target: tuple[str, int]) -> None:
+_CLONE_NEWNET = 0x40000000
+
+
+def listen_in_namespace(netns: str, listen: tuple[str, int]) -> socket.socket:
+    """A listening TCP socket inside ``netns``, made by this (root-namespace) process: setns(2)
+    into it, bind, and back. The socket keeps its namespace; what this process connects to
+    afterwards is in its own."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/self/ns/net", "rb") as own, open(f"/run/netns/{netns}", "rb") as target:
+        if libc.setns(target.fileno(), _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns({netns})")
+        try:
+            sock = socket.create_server(listen, reuse_port=False)
+        finally:
+            if libc.setns(own.fileno(), _CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns(back)")
+    return sock
+
+
+async def serve(listen: tuple[str, int], target: tuple[str, int], netns: str | None = None) -> None:
     loop = asyncio.get_running_loop()
 
     def accepted() -> _Side:
@@ -87,7 +113,10 @@ async def serve(listen: tuple[str, int], target: tuple[str, int]) -> None:
         loop.create_task(connect())
         return client
 
-    server = await loop.create_server(accepted, *listen)
+    if netns is not None:
+        server = await loop.create_server(accepted, sock=listen_in_namespace(netns, listen))
+    else:
+        server = await loop.create_server(accepted, *listen)
     async with server:
         await server.serve_forever()
 
@@ -95,26 +124,32 @@ async def serve(listen: tuple[str, int], target: tuple[str, int]) -> None:
 class TcpRelay:
     """``python -m benchmarks.relay`` as a subprocess, stopped at exit."""
 
-    def __init__(self, target_url: str) -> None:
-        host, _, port = target_url.removeprefix("http://").rstrip("/").partition(":")
-        self.target = (host, int(port or 80))
-        self.port = 0
+    def __init__(self, target_url: str, port: int = 0) -> None:
+        host, _, target_port = target_url.removeprefix("http://").rstrip("/").partition(":")
+        self.target = (host, int(target_port or 80))
+        self.port = port
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def _extra_args(self) -> list[str]:
+        return []
+
+    def _listening(self) -> bool:
+        return port_busy(self.port)
+
     def start(self, timeout: float = 10.0) -> str:
-        self.port = free_port()
+        self.port = self.port or free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.relay", "--listen", f"127.0.0.1:{self.port}",
-             "--to", f"{self.target[0]}:{self.target[1]}"],
+             "--to", f"{self.target[0]}:{self.target[1]}", *self._extra_args()],
             cwd=Path(__file__).resolve().parents[1], stdin=subprocess.DEVNULL, start_new_session=True,
         )
         on_exit("relay", self.stop)
         deadline = time.monotonic() + timeout
-        while not port_busy(self.port):
+        while not self._listening():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the TCP relay did not start listening on port {self.port}")
             time.sleep(0.05)
@@ -123,6 +158,23 @@ class TcpRelay:
     def stop(self) -> None:
         terminate(self.proc, 15, 5.0)
         self.proc = None
+
+
+class NetnsBridge(TcpRelay):
+    """The relay listening at ``port`` inside the namespace ``netns`` for ``target_url`` outside
+    it: ``url`` is how processes inside reach the target."""
+
+    def __init__(self, netns: str, target_url: str, port: int) -> None:
+        super().__init__(target_url, port)
+        self.netns = netns
+
+    def _extra_args(self) -> list[str]:
+        return ["--listen-netns", self.netns]
+
+    def _listening(self) -> bool:
+        done = subprocess.run(["ip", "netns", "exec", self.netns, "ss", "-Htln", f"sport = :{self.port}"],
+                              capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+        return bool(done.stdout.strip())
 
 
 def _address(value: str) -> tuple[str, int]:
@@ -134,10 +186,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="benchmarks.relay", description=__doc__.split("\n\n")[0])
     p.add_argument("--listen", type=_address, required=True, metavar="HOST:PORT")
     p.add_argument("--to", type=_address, required=True, metavar="HOST:PORT")
+    p.add_argument("--listen-netns", metavar="NAME", help="listen inside this network namespace")
     args = p.parse_args(argv)
     import uvloop
 
-    uvloop.run(serve(args.listen, args.to))
+    uvloop.run(serve(args.listen, args.to, args.listen_netns))
 
 
 if __name__ == "__main__":

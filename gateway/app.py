@@ -19,6 +19,7 @@ is only a routing hint: the admin check verifies the signature afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -107,6 +108,25 @@ class LakegateApp:
         async def tenants() -> dict[str, object]:
             """Per tenant: weight, requests, bytes sent, lake bytes, queue delay, share, cache bytes."""
             return self.node.tenants_report()
+
+        @api.get("/_lakegate/admin/sizing", response_model=None)
+        async def sizing(format: str = "json") -> dict[str, object] | FastAPIResponse:
+            """The L1/L2 split, its target, the miss costs and each tier's miss-ratio curve
+            (``?format=png``: the curves drawn, the current sizes marked)."""
+            report = self.node.sizing_report()
+            if report is None:
+                raise HTTPException(404, "the cache is off" if self.node.cache is None else "no sizing report yet")
+            if format == "json":
+                return report
+            if format != "png":
+                raise HTTPException(400, "format is json or png")
+            try:
+                from tools.cachecurve import draw
+
+                png = await asyncio.to_thread(draw, report)
+            except ImportError:
+                raise HTTPException(501, "drawing needs matplotlib on the node (pip install matplotlib)") from None
+            return FastAPIResponse(png, media_type="image/png")
 
         @api.get("/_lakegate/admin/locate")
         async def locate(bucket: str, key: str, index: int = 0, etag: str | None = None) -> dict[str, object]:

@@ -125,3 +125,45 @@ class FairnessCollector(Collector):
         if isinstance(cluster, (int, float)):
             yield GaugeMetricFamily("lakegate_fairness_cluster_min_max_ratio", "the same over the cluster, among "
                                     "tenants short of their demand (the leader's last measure)", value=cluster)
+
+
+class SizingCollector(Collector):
+    """The L1/L2 split and the curves' predictions (issue 13); ``report`` is the node's last
+    sizing report (``gateway.loops.sizing``), None before the first."""
+
+    def __init__(self, report: Callable[[], Mapping[str, object] | None]) -> None:
+        self.report = report
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        report = self.report()
+        if not report:
+            return
+        for name, field, help_text in (
+            ("lakegate_sizing_total_bytes", "total_bytes", "the bytes L1 and L2 share"),
+            ("lakegate_sizing_target_l1_bytes", "target_l1_bytes", "the L1 size that minimises what misses cost"),
+        ):
+            value = report.get(field)
+            if isinstance(value, (int, float)):
+                yield GaugeMetricFamily(name, help_text, value=value)
+        epochs = report.get("epochs")
+        if isinstance(epochs, int):
+            yield CounterMetricFamily("lakegate_sizing_epochs", "sizing decisions taken", value=epochs)
+        streams = report.get("streams")
+        rows = streams if isinstance(streams, dict) else {}
+        for name, field, help_text in (
+            ("lakegate_sizing_miss_cost_seconds", "miss_cost_s", "what one miss of the tier costs (moving average)"),
+            ("lakegate_sizing_predicted_hit_ratio", "predicted_hit_ratio", "the tier's hit ratio its curve "
+             "predicts at its size"),
+            ("lakegate_sizing_observed_hit_ratio", "observed_hit_ratio", "the hit ratio of the sampled reads "
+             "in the last epoch"),
+            ("lakegate_sizing_referenced_bytes_per_second", "bytes_per_s", "bytes of blocks read per second from "
+             "the tier's stream (estimated)"),
+            ("lakegate_sizing_sample_rate", "sample_rate", "SHARDS' sampling rate of the tier's stream"),
+            ("lakegate_sizing_tracked_blocks", "tracked_blocks", "blocks the tier's estimator tracks"),
+        ):
+            family = GaugeMetricFamily(name, help_text, labels=["tier"])
+            for tier, row in rows.items():
+                value = row.get(field) if isinstance(row, dict) else None
+                if isinstance(value, (int, float)):
+                    family.add_metric([tier], float(value))
+            yield family

@@ -77,6 +77,31 @@ class FairnessSettings:
         return self.mode == "all"
 
 
+SIZING_MODES = ("adaptive", "fixed")  # LAKEGATE_SIZING: D3N's adaptive L1/L2 split, or the two capacities
+
+
+@dataclasses.dataclass(frozen=True)
+class SizingSettings:
+    """The L1/L2 split (D3N's cache management, issue 13). ``adaptive``: the node's total
+    (LAKEGATE_CACHE_CAPACITY + LAKEGATE_L2_CAPACITY) moves between the tiers every ``interval``
+    seconds, from the tiers' miss-ratio curves and miss costs; ``fixed``: the two capacities as
+    set. The curves are estimated in both modes (for operators)."""
+
+    mode: str = "fixed"
+    interval: float = 30.0  # seconds between split decisions (an epoch)
+    sample_rate: float = 0.01  # SHARDS' spatial sampling rate of block references
+    memory: int = 1 << 20  # bytes each stream's estimator may hold (the rate lowers to fit)
+    min_l1: float = 0.1  # fractions of the total L1 may take, with adaptive sizing
+    max_l1: float = 0.9
+    step: float = 0.1  # the most of the total that moves in one epoch
+    half_life: float = 300.0  # seconds after which a reference weighs half in the curves
+    total: int = 0  # adaptive: the node's total, LAKEGATE_CACHE_CAPACITY + LAKEGATE_L2_CAPACITY
+
+    @property
+    def adaptive(self) -> bool:
+        return self.mode == "adaptive"
+
+
 class SettingsError(ValueError):
     """An invalid setting; ``str()`` is the one line to show."""
 
@@ -154,6 +179,23 @@ class Environment(BaseSettings):
     allocation_interval: float = Field(FairnessSettings.allocation_interval, gt=0)
     placement_interval: float = Field(FairnessSettings.placement_interval, gt=0)
     placement_moves: int = Field(FairnessSettings.placement_moves, ge=0, le=1 << 16)
+    # the L1/L2 split (D3N): adaptive (default in a cluster) or fixed (default alone)
+    sizing: str = ""
+    sizing_interval: float = Field(SizingSettings.interval, gt=0)
+    sizing_sample_rate: float = Field(SizingSettings.sample_rate, gt=0, le=1)
+    sizing_memory: ByteSize = Field(ByteSize(SizingSettings.memory), ge=64 << 10)
+    sizing_min_l1: float = Field(SizingSettings.min_l1, ge=0, le=1)
+    sizing_max_l1: float = Field(SizingSettings.max_l1, ge=0, le=1)
+    sizing_step: float = Field(SizingSettings.step, gt=0, le=1)
+    sizing_half_life: float = Field(SizingSettings.half_life, gt=0)
+
+    @field_validator("sizing")
+    @classmethod
+    def _sizing(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v and v not in SIZING_MODES:
+            raise ValueError(f"must be one of {', '.join(SIZING_MODES)} (or empty: adaptive in a cluster)")
+        return v
 
     @field_validator("fairness")
     @classmethod
@@ -325,6 +367,7 @@ class Settings:
     cluster: ClusterSettings | None
     admin: AdminConfig = AdminConfig()
     fairness: FairnessSettings = FairnessSettings()
+    sizing: SizingSettings = SizingSettings()
 
     @classmethod
     def load(cls, **overrides: object) -> Settings:
@@ -339,7 +382,7 @@ class Settings:
     def from_environment(cls, env: Environment) -> Settings:
         _cross_checks(env)
         return cls(server=_server(env), lake=_lake(env), cache=_cache(env), cluster=_cluster(env), admin=_admin(env),
-                   fairness=_fairness(env))
+                   fairness=_fairness(env), sizing=_sizing(env))
 
 
 def _problem(error: object) -> str:
@@ -365,6 +408,8 @@ def _cross_checks(env: Environment) -> None:
         path = getattr(env, field)
         if path is not None and not path.is_file():
             raise _fail(field, f"TLS file not found: {path}")
+    if env.sizing_min_l1 > env.sizing_max_l1:
+        raise _fail("sizing_min_l1", f"must not exceed sizing_max_l1 ({env.sizing_max_l1})")
     if not env.tenants_file.is_file():
         raise _fail("tenants_file", f"tenants file not found: {env.tenants_file}")
     folders = {"cache_dir": env.cache_dir, "lake": Path(env.lake[4:]) if env.lake.startswith("dir:") else None}
@@ -486,6 +531,20 @@ def _fairness(env: Environment) -> FairnessSettings:
         allocation_interval=env.allocation_interval,
         placement_interval=env.placement_interval,
         placement_moves=env.placement_moves,
+    )
+
+
+def _sizing(env: Environment) -> SizingSettings:
+    return SizingSettings(
+        mode=env.sizing or ("adaptive" if env.peers else "fixed"),
+        interval=env.sizing_interval,
+        sample_rate=env.sizing_sample_rate,
+        memory=int(env.sizing_memory),
+        min_l1=env.sizing_min_l1,
+        max_l1=env.sizing_max_l1,
+        step=env.sizing_step,
+        half_life=env.sizing_half_life,
+        total=int(env.cache_capacity) + int(env.l2_capacity),
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from cachetier.blocks.spaceipc import RemoteSpace, SpaceConnection
+from cachetier.blocks.spaceipc import RemoteSpace, SpaceConnection, socket_path
 from cachetier.blocks.store import BlockStore, DiskBlockStore
 from cachetier.cachedlake import CachedLake
 from cachetier.cluster.membership import Membership
@@ -38,6 +38,7 @@ from cachetier.lake.s3.client import S3Lake
 from cachetier.read.generations import Generations
 from cachetier.read.path import ReadPath
 from cachetier.telemetry.counters import CacheStats
+from cachetier.telemetry.reuse import SIZING_SOCKET, ReuseHub, SizingProbe
 from cachetier.telemetry.snapshots import CacheSnapshot
 from cachetier.fairness.lake import metered
 from cachetier.cluster.wire import BlockRequest
@@ -45,8 +46,9 @@ from gateway.admission import NodeFairness, limited
 from gateway.fairpeer import FairnessMember, loop_lock
 from gateway.loops.allocation import allocation_loop
 from gateway.loops.placement import placement_loop
+from gateway.loops.sizing import TierControl, initial_split, read_report, report_path, start_sizing
 from gateway.loops.membership import heartbeat_loop, host_load
-from gateway.metrics import CacheCollector, ClusterCollector, FairnessCollector
+from gateway.metrics import CacheCollector, ClusterCollector, FairnessCollector, SizingCollector
 from gateway.peerapi import Meter, PeerAPI
 from gateway.workerstats import WorkerBoard, node_cache, node_counters
 from gateway.s3.frontend import S3Frontend
@@ -98,7 +100,16 @@ class Node:
             registry.register(FairnessCollector(self.tenants_report))
         if self.cluster is not None:
             registry.register(ClusterCollector(self.cluster, self.cluster_counters))
+        if self.cache is not None:
+            registry.register(SizingCollector(self.sizing_report))
         object.__setattr__(self, "registry", registry)
+
+    def sizing_report(self) -> dict[str, object] | None:
+        """``/_lakegate/admin/sizing``: the node's last sizing report (None: the cache is off,
+        or no report yet), as its sizing loop wrote it (``gateway.loops.sizing``)."""
+        if self.cache is None:
+            return None
+        return read_report(report_path(self.settings))
 
     def cache_snapshot(self) -> CacheSnapshot | None:
         """The cache's state and the node's counts (this worker's, and the others' last published)."""
@@ -215,24 +226,50 @@ async def open_cache(
     l2_capacity: int = 0,
     shared: Shared | None = None,
     weights: Mapping[str, float] | None = None,
+    probe: SizingProbe | None = None,
+    l1_capacity: int | None = None,
 ) -> CachedLake:
     """The block cache in front of ``lake``: L1 under ``directory/l1``; in a cluster, also this
     node's share of L2 under ``directory/l2``; shared with the node's other workers through
-    ``shared``."""
+    ``shared``. ``probe`` samples its reads for the node's sizing hub. ``l1_capacity``
+    overrides the settings' (the split adaptive sizing starts from)."""
 
     def space(tier: str) -> RemoteSpace | None:
         return RemoteSpace(shared.space, tier) if shared is not None else None
 
-    l1 = open_store(stack, settings.directory / "l1", settings.l1_capacity, settings, space("l1"), weights)
+    l1_bytes = settings.l1_capacity if l1_capacity is None else l1_capacity
+    l1 = open_store(stack, settings.directory / "l1", l1_bytes, settings, space("l1"), weights)
     l2 = None
     if cluster is not None:
         l2 = open_store(stack, settings.directory / "l2", l2_capacity, settings, space("l2"), weights)
     generations = shared.generations if shared is not None else None
     reads = ReadPath(lake, l1, counters, settings.read, clock=time.monotonic, l2=l2, cluster=cluster,
-                     generations=generations)
+                     generations=generations, probe=probe)
     cache = CachedLake(lake, reads, settings.on_write, cluster=cluster)
     stack.push_async_callback(cache.aclose)  # its background fetches, before the stores close
     return cache
+
+
+def sizing_probe(stack: contextlib.AsyncExitStack, settings: Settings, shared: Shared | None
+                 ) -> tuple[SizingProbe, ReuseHub | None]:
+    """This process's sampler of block reads, and the node's sizing hub when this process is
+    the whole node (with several workers the supervisor runs the hub: ``gateway.workers``)."""
+    sizing = settings.sizing
+    if shared is not None:
+        probe = SizingProbe(socket_path(settings.cache.directory, SIZING_SOCKET), sizing.sample_rate)
+        stack.callback(probe.close)
+        return probe, None
+    hub = ReuseHub(sizing.sample_rate, sizing.memory)
+    return SizingProbe(None, sizing.sample_rate, hub), hub
+
+
+def open_sizing(stack: contextlib.AsyncExitStack, settings: Settings, hub: ReuseHub, cache: CachedLake) -> None:
+    """The node's sizing loop in this process, over ``hub``, driving its stores."""
+    stack.callback(start_sizing(settings, {name: _control(store) for name, store in cache.tiers().items()}, hub))
+
+
+def _control(store: BlockStore) -> TierControl:
+    return TierControl(lambda: store.capacity, store.set_capacity)
 
 
 def start_task(stack: contextlib.AsyncExitStack, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -356,7 +393,14 @@ async def running_node(
                 cluster = await open_cluster(stack, settings.cluster)
             l2_capacity = settings.cluster.l2_capacity if settings.cluster is not None else 0
             weights = tenants.weights() if settings.fairness.occupancy else None
-            cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity, shared, weights)
+            l1_capacity, split_l2 = initial_split(settings)
+            if settings.cluster is not None:
+                l2_capacity = split_l2
+            probe, hub = sizing_probe(stack, settings, shared)
+            cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity, shared, weights,
+                                     probe, l1_capacity)
+            if hub is not None:
+                open_sizing(stack, settings, hub, cache)
         load = _load(cache)
         secret = settings.cluster.secret if settings.cluster is not None else b""
         board = shared.board if shared is not None else None

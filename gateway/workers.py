@@ -15,6 +15,11 @@ and reporting its reads in batches.
 Node-level state, with several workers:
 
 - blocks and their capacity (L1 and L2): one directory per tier, one manager (above);
+- the L1/L2 split (``gateway.loops.sizing``): one sizing hub and loop, in the supervisor beside
+  the managers it resizes; each worker samples the reads it serves and times its fills, and
+  sends them to the hub as datagrams (``cachetier.telemetry.reuse``), so the curves are the
+  node's interleaved stream; the report the hub writes is what every worker's admin endpoint
+  and /metrics show;
 - metadata: each worker caches its own, and a write or a peer's invalidation through any worker
   makes every worker's entry of the key stale before the write is acknowledged (write stamps);
 - the HTTP bounds of the node are split: each worker takes LAKEGATE_MAX_CONNECTIONS / N
@@ -53,6 +58,7 @@ from cachetier.blocks.files import BlockFiles
 from cachetier.blocks.space import DirectoryTaken, Space
 from cachetier.blocks.spaceipc import SpaceConnection, SpaceServer, socket_path
 from cachetier.read.generations import Generations
+from gateway.loops.sizing import TierControl, initial_split, start_sizing
 from gateway.settings import Settings
 from gateway.workerstats import WorkerBoard
 
@@ -91,9 +97,10 @@ def open_spaces(stack: ExitStack, settings: Settings) -> SpaceServer | None:
     if not settings.cache.enabled:
         return None
     cache = settings.cache
-    capacities = {"l1": cache.l1_capacity}
+    l1, l2 = initial_split(settings)
+    capacities = {"l1": l1}
     if settings.cluster is not None:
-        capacities["l2"] = settings.cluster.l2_capacity
+        capacities["l2"] = l2
     spaces = {}
     for tier, capacity in capacities.items():
         space = Space(BlockFiles(cache.directory / tier), capacity, cache.eviction, fair=settings.fairness.occupancy)
@@ -104,9 +111,15 @@ def open_spaces(stack: ExitStack, settings: Settings) -> SpaceServer | None:
         spaces[tier] = space
     server = SpaceServer(socket_path(cache.directory), spaces, scrub_rate=cache.scrub_rate)
     stack.callback(server.close)
+    # the node's sizing hub and loop, beside the managers they resize (issue 13)
+    stack.callback(start_sizing(settings, {tier: _control(space) for tier, space in spaces.items()}))
     Generations(generations_path(settings)).close()  # created (or kept) before any worker maps it
     shutil.rmtree(board_path(settings), ignore_errors=True)  # counts of the node's last run
     return server
+
+
+def _control(space: Space) -> TierControl:
+    return TierControl(lambda: space.usage().capacity, space.set_capacity)
 
 
 def supervise(settings: Settings, overrides: Mapping[str, str], uvicorn_options: dict[str, object]) -> None:
