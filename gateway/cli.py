@@ -11,6 +11,7 @@ from typing import NoReturn
 
 from gateway.admin import SETTINGS_HINT, AdminKeyIsTenantKey, check_not_a_tenant_key
 from gateway.admission import limited
+from gateway.loops.sizing import initial_split
 from gateway.rates import format_rate
 from gateway.settings import Settings, SettingsError
 from gateway.tenants import TenantDirectory, TenantsFileError
@@ -109,6 +110,7 @@ def _banner(settings: Settings, tenants: TenantDirectory) -> str:
     lines.append(f"health: {endpoint}/_lakegate/health   metrics: {endpoint}/metrics"
                  + ("  (admin credential)" if settings.admin.metrics_auth else ""))
     lines.append(_fairness_line(settings))
+    lines.append(_sizing_line(settings))
     return "\n".join([*lines, *_admin_lines(settings, endpoint)])
 
 
@@ -124,6 +126,26 @@ def _fairness_line(settings: Settings) -> str:
     return f"fairness: {fair.mode} (tenants share by weight: {', '.join(rates)}; queue {fair.tenant_queue} per tenant)"
 
 
+def _sizing_line(settings: Settings) -> str:
+    """The cache's tiers and whether their split moves (the split the node starts from)."""
+    if not settings.cache.enabled:
+        return "cache: off"
+    l1, l2 = initial_split(settings)
+    tiers = f"L1 {format_bytes(l1)}" + (f" + L2 {format_bytes(l2)}" if settings.cluster is not None else "")
+    sizing = settings.sizing
+    if sizing.adaptive:
+        return (f"cache: {tiers}, split adaptive (D3N) every {sizing.interval:g} s within "
+                f"{sizing.min_l1:.0%}-{sizing.max_l1:.0%} L1; curves: lakegate cache curve")
+    return f"cache: {tiers}, fixed; curves: lakegate cache curve"
+
+
+def format_bytes(size: int) -> str:
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.4g} {unit}"
+    return f"{size} B"
+
+
 def _admin_lines(settings: Settings, endpoint: str) -> list[str]:
     """How to reach /_lakegate/admin/*: the access key and the ways to sign, never a secret."""
     admin = settings.admin
@@ -134,7 +156,8 @@ def _admin_lines(settings: Settings, endpoint: str) -> list[str]:
         ways.append(f"SigV4 (service s3) with access key {admin.access_key}")
     if admin.token:
         ways.append("Authorization: Bearer <the token in LAKEGATE_ADMIN_TOKEN_FILE>")
-    lines = [f"admin endpoints: {endpoint}/_lakegate/admin/stats, /cluster, /locate, /tenants; {' or '.join(ways)}"]
+    lines = [f"admin endpoints: {endpoint}/_lakegate/admin/stats, /cluster, /locate, /tenants, /sizing; "
+             f"{' or '.join(ways)}"]
     if admin.access_key:
         lines.append(f"  e.g. curl --aws-sigv4 aws:amz:us-east-1:s3 --user {admin.access_key}:$ADMIN_SECRET "
                      f"-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {endpoint}/_lakegate/admin/stats")

@@ -111,6 +111,9 @@ MALFORMED = [
     ("PARTITIONS", "0"), ("PARTITIONS", "70000"),
     ("HEARTBEAT_INTERVAL", "0"), ("HEARTBEAT_INTERVAL", "5"), ("FAILURE_TIMEOUT", "0"), ("FAILURE_TIMEOUT", "1"),
     ("PEER_CA_FILE", "/nonexistent/ca.pem"),
+    ("SIZING", "elastic"), ("SIZING_INTERVAL", "0"), ("SIZING_SAMPLE_RATE", "0"), ("SIZING_SAMPLE_RATE", "2"),
+    ("SIZING_MEMORY", "1KiB"), ("SIZING_MIN_L1", "0.95"), ("SIZING_MAX_L1", "1.5"), ("SIZING_STEP", "0"),
+    ("SIZING_HALF_LIFE", "-1"),
 ]
 # what a malformed value needs around it to be reached
 CONTEXT = {
