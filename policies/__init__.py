@@ -22,4 +22,8 @@ decision types:
   which tenant is evicted from first (the one most over its share; a shared block split k ways).
 - ``retry``: whether a lake request is sent again and after how long (jittered backoff; the
   caller draws the random number and sleeps).
+- ``reuse``: SHARDS (fixed-size): sampled block references -> reuse distances in bytes -> a
+  miss-ratio curve (by references and by bytes), within a memory bound, decayed over time.
+- ``sizing``: D3N's L1/L2 split: both tiers' curves, rates and miss costs -> the L1 size that
+  minimises what misses cost, approached in bounded steps.
 """
