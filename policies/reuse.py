@@ -158,10 +158,12 @@ class Shards:
     # -- recording --------------------------------------------------------------------------
 
     def record(self, h: int, size: int) -> None:
-        """One reference to the block of hash ``h`` and ``size`` (>= 1) bytes; ignored when
-        ``h >= threshold``."""
+        """One reference to the block of hash ``h`` and ``size`` bytes; ignored when
+        ``h >= threshold``. A size below 1 counts as 1 (a live position is one with a size)."""
         if h >= self.threshold:
             return
+        if size < 1:
+            size = 1
         if self._clock == self._capacity:
             self._compact()
         slot = self._slot(h)

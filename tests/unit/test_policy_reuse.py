@@ -356,3 +356,12 @@ def test_table_deletion_keeps_colliding_keys_reachable() -> None:
     assert len(kept) == estimator.tracked
     assert all(estimator._slot(h) >= 0 for h in kept)
     assert all(h < estimator.threshold for h in kept)
+
+
+def test_an_empty_block_counts_as_one_byte_and_survives_renumbering() -> None:
+    estimator = Shards(rate=1.0, memory_bytes=256 * 1024)
+    for _ in range(3 * estimator._capacity):
+        estimator.record(5, 0)
+        estimator.record(6, 10)
+    assert estimator.tracked == 2
+    assert estimator.miss_ratio(12) == pytest.approx(2 / (6 * estimator._capacity))
