@@ -13,7 +13,9 @@ Each worker runs a ``SizingProbe``: a block read is sampled when its id's hash f
 threshold of the configured rate (SHARDS' spatial sampling: every reference to a sampled block
 is seen, by whichever worker serves it), and the sampled ones, with the read's size, tenant and
 whether this node's tiers had the block, go to the node's ``ReuseHub`` as one datagram each on
-a Unix socket in the cache directory (``sizing.sock``, mode 0600). Sending costs the read path
+a Unix socket in the cache directory (``sizing.sock``, mode 0600). Each carries too how many
+reads (and bytes) of its stream and tenant this worker served since its last sample of them,
+sampled or not: SHARDS_adj's denominator (``Shards.observe``) and the streams' exact rates. Sending costs the read path
 one ``sendto`` for one read in a hundred, never waits (a full queue drops the sample, counted)
 and keeps the order in which the workers served the reads: the node's interleaved stream, which
 is what the shared tiers see. Fills are timed by the read path and sent the same way: what an
@@ -43,6 +45,8 @@ from policies import reuse
 log = logging.getLogger("lakegate.sizing")
 
 STREAMS = ("l1", "l2")
+NO_TENANT = "-"
+_MAX_COUNTED = 1024  # (stream, tenant) pairs a probe counts apart
 SIZING_SOCKET = "sizing.sock"  # the hub's, in the cache directory (``cachetier.blocks.spaceipc.socket_path``)
 MAX_TENANTS = 16  # per stream: the tenants with a curve of their own (the first seen)
 _MAX_DATAGRAM = 512
@@ -58,6 +62,7 @@ class SizingProbe:
         self.hub = hub
         self.threshold = reuse.threshold_for(rate)
         self.sent = self.dropped = 0
+        self._unsent: dict[tuple[str, str], list[int]] = {}  # (stream, tenant) -> [reads, bytes] since its last sample
         self._sock: socket.socket | None = None
         if path is not None and hub is None:
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -65,9 +70,17 @@ class SizingProbe:
 
     def reference(self, stream: str, hex_id: str, size: int, tenant: str, hit: bool) -> None:
         """A client's (or, for ``l2``, a peer's) read of one block: sampled or not, here."""
+        counts = self._unsent.get((stream, tenant))
+        if counts is None:
+            if len(self._unsent) >= _MAX_COUNTED:  # tenants named by peers: bounded, the rest as "-"
+                tenant = NO_TENANT
+            counts = self._unsent.setdefault((stream, tenant), [0, 0])
+        counts[0] += 1
+        counts[1] += size
         h = reuse.block_hash(hex_id)
         if h < self.threshold:
-            self._send(f"r {stream} {h} {size} {1 if hit else 0} {quote(tenant, safe='')}")
+            self._send(f"r {stream} {h} {size} {1 if hit else 0} {quote(tenant, safe='')} {counts[0]} {counts[1]}")
+            counts[0] = counts[1] = 0
 
     def miss(self, tier: str, seconds: float, size: int) -> None:
         """A fill of ``size`` bytes that a miss of ``tier`` cost ``seconds``."""
@@ -114,7 +127,8 @@ class _Cost:
 class _Window:
     references: int = 0  # sampled, since the last snapshot
     hits: int = 0
-    size: float = 0.0  # bytes referenced, scaled by 1 / rate at each reference's sampling
+    all_references: int = 0  # sampled or not, as the probes counted them
+    size: float = 0.0  # bytes of all of them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +139,8 @@ class StreamSnapshot:
     tenants: dict[str, reuse.Shards]
     sampled_references: int  # in the window
     sampled_hits: int
-    referenced_bytes: float  # in the window, estimated (scaled by 1 / rate)
+    references: int  # in the window, sampled or not
+    referenced_bytes: float  # bytes of those
     cost_per_byte: float | None  # seconds a missed byte costs; None: no miss timed yet
     cost_per_miss: float | None  # seconds one miss costs
     misses_timed: float  # decayed count of timed misses
@@ -201,10 +216,10 @@ class ReuseHub:
             if stream not in STREAMS:
                 raise ValueError(stream)
             if kind == "r":
-                h, size, hit = int(words[2]), int(words[3]), words[4] == "1"
-                if not 0 <= h < reuse.MODULUS or size < 0:
+                h, size, hit, reads, volume = int(words[2]), int(words[3]), words[4] == "1", int(words[6]), int(words[7])
+                if not 0 <= h < reuse.MODULUS or size < 0 or reads < 1 or volume < 0:
                     raise ValueError(words)
-                self.reference(stream, h, size, unquote(words[5]), hit)
+                self.reference(stream, h, size, unquote(words[5]), hit, reads, volume)
             elif kind == "c":
                 seconds, size = float(words[2]), int(words[3])
                 if not 0 <= seconds < 1e6 or size <= 0:
@@ -219,22 +234,29 @@ class ReuseHub:
 
     # ---- the estimators ---------------------------------------------------------------------
 
-    def reference(self, stream: str, h: int, size: int, tenant: str, hit: bool) -> None:
+    def reference(self, stream: str, h: int, size: int, tenant: str, hit: bool, reads: int = 1,
+                  volume: int | None = None) -> None:
+        """A sampled read (of hash ``h``, ``size`` bytes), the last of ``reads`` reads of its
+        stream and tenant (``volume`` bytes) its worker served since its previous sample."""
+        volume = size if volume is None else volume
         with self.lock:
             estimator = self._streams[stream]
-            if h >= estimator.threshold:
-                return
             window = self._windows[stream]
-            window.references += 1
-            window.hits += hit
-            window.size += size / estimator.rate
-            estimator.record(h, size)
+            window.all_references += reads
+            window.size += volume
+            estimator.observe(reads, volume)
             tenants = self._tenants[stream]
             own = tenants.get(tenant)
             if own is None and len(tenants) < MAX_TENANTS:
                 own = tenants[tenant] = reuse.Shards(self.rate, max(64 << 10, self.memory // 4))
             if own is not None:
+                own.observe(reads, volume)
                 own.record(h, size)
+            if h >= estimator.threshold:  # the rate lowered to fit the memory bound
+                return
+            window.references += 1
+            window.hits += hit
+            estimator.record(h, size)
 
     def snapshot(self) -> HubSnapshot:
         """Each stream's estimators (the live ones: the caller reads them under ``lock`` or in
@@ -245,7 +267,8 @@ class ReuseHub:
                 cost, window = self._costs[name], self._windows[name]
                 known = cost.size >= _COST_PRIOR_BYTES
                 streams[name] = StreamSnapshot(
-                    self._streams[name], dict(self._tenants[name]), window.references, window.hits, window.size,
+                    self._streams[name], dict(self._tenants[name]), window.references, window.hits,
+                    window.all_references, window.size,
                     cost.seconds / cost.size if known else None, cost.seconds / cost.count if known else None,
                     cost.count,
                 )

@@ -252,7 +252,7 @@ def _stream_json(part: StreamSnapshot, predicted_miss: float | None, elapsed: fl
     estimator = part.estimator
     return {
         "capacity_bytes": capacity,
-        "references_per_s": round(part.sampled_references / estimator.rate / elapsed, 3),
+        "references_per_s": round(part.references / elapsed, 3),
         "bytes_per_s": round(part.referenced_bytes / elapsed, 1),
         "sample_rate": estimator.rate,
         "sampled_references": part.sampled_references,

@@ -89,17 +89,20 @@ def test_a_probe_samples_by_the_block_ids_hash_and_the_hub_counts_what_it_gets()
     assert snap.streams["l1"].sampled_references == expected == probe.sent
     assert 800 < expected < 1200
     assert snap.streams["l1"].observed_hit_ratio == 1.0
+    # every read is counted (SHARDS_adj's denominator), the last ones since the last sample wait for the next
+    assert 1980 <= snap.streams["l1"].references <= 2000
+    assert snap.streams["l1"].referenced_bytes == snap.streams["l1"].references * BLOCK
     assert hub.snapshot().streams["l1"].sampled_references == 0  # the window starts again
 
 
 def test_the_hub_drops_malformed_datagrams_and_counts_them() -> None:
     hub = ReuseHub(1.0, 1 << 20)
     for bad in (b"", b"r", b"r l3 1 2 1 t", b"r l1 -1 2 1 t", b"r l1 99999999999 2 1 t", b"c l1 nan 5",
-                b"c l1 1.0 0", b"x l1", b"\xff\xfe", b"r l1 1 2 1"):
+                b"c l1 1.0 0", b"x l1", b"\xff\xfe", b"r l1 1 2 1", b"r l1 1 2 1 t 0 5"):
         hub.handle(bad)
-    hub.handle(b"r l1 5 4096 1 alice")
+    hub.handle(b"r l1 5 4096 1 alice 3 12288")
     hub.handle(b"c l2 0.5 4096")
-    assert hub.malformed == 10 and hub.received == 2
+    assert hub.malformed == 11 and hub.received == 2
     snap = hub.snapshot()
     assert snap.streams["l2"].cost_per_byte == pytest.approx(0.5 / 4096)
     assert snap.streams["l1"].cost_per_byte is None
