@@ -83,7 +83,7 @@ def initial_split(settings: Settings) -> tuple[int, int]:
     total = settings.sizing.total
     if settings.cluster is None:
         return total, 0
-    low, high = _bounds(settings.sizing, total)
+    low, high = sizing.bounds(policy_config(settings.sizing, settings.cache.read.block_size), total)
     last = read_report(report_path(settings))
     if last is not None and last.get("total_bytes") == total and last.get("mode") == "adaptive":
         kept = last.get("l1_capacity_bytes")
@@ -93,8 +93,10 @@ def initial_split(settings: Settings) -> tuple[int, int]:
     return l1, total - l1
 
 
-def _bounds(config: SizingSettings, total: int) -> tuple[int, int]:
-    return int(config.min_l1 * total), int(config.max_l1 * total)
+def policy_config(settings: SizingSettings, grain: int) -> sizing.SizingConfig:
+    """``policies.sizing``'s config from the settings; candidates are whole blocks (``grain``)."""
+    return sizing.SizingConfig(min_l1=settings.min_l1, max_l1=settings.max_l1, step=settings.step,
+                               grain=max(1, grain))
 
 
 class SizingLoop:
@@ -111,8 +113,7 @@ class SizingLoop:
         self.report = report
         self.clock = clock
         self.wall = wall
-        self.config = sizing.SizingConfig(min_l1=settings.min_l1, max_l1=settings.max_l1, step=settings.step,
-                                          grain=max(1, grain))
+        self.config = policy_config(settings, grain)
         self.history: collections.deque[dict[str, object]] = collections.deque(maxlen=_HISTORY)
         self.epochs = 0
         self.decision: sizing.Decision | None = None
