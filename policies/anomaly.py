@@ -65,7 +65,8 @@ _MIN_SPREAD = 1e-12
 @dataclass(frozen=True, slots=True)
 class Thresholds:
     """When a metric is anomalous. ``absolute``: the value above which it is, whatever the
-    baseline. ``deviation``: sigmas above the moving baseline. ``min_samples``: normal samples
+    baseline (a mapping given replaces all the defaults: merge with ``DEFAULT_THRESHOLDS``'s to
+    change one). ``deviation``: sigmas above the moving baseline. ``min_samples``: normal samples
     before a baseline counts. ``alpha``: EWMA weight of a new sample in the baseline's mean and
     variance. ``clear_after``: consecutive normal samples before an anomaly clears.
     ``deviation_floor``: on a metric with an absolute limit, a deviation counts only once the

@@ -12,7 +12,8 @@ endpoints), by one of ``POLICIES``:
 - ``least_outstanding``: two random choices (Envoy's default): of two candidates drawn with the
   caller's random number, the one with fewer requests in flight first.
 - ``latency``: by the EWMA of response time (Cassandra's dynamic snitch); an untried candidate
-  first, so that it is explored.
+  first, so that it is explored. No probing: a candidate it left is seen again only when the
+  others' latency rises past its last (the baseline micromon is compared with).
 - ``micromon`` (the default): all signals. C3 (Suresh et al., NSDI'15) ranks by its cubic cost
   ``(R - S) + q^3 * S``: R the response time EWMA, S the service time the candidate reports,
   q = 1 + outstanding * n + its own queue, so that a queue, which grows latency superlinearly
@@ -26,6 +27,10 @@ endpoints), by one of ``POLICIES``:
   ``regain_s`` to it and past it. A candidate over its limit goes after those within theirs
   (unless all are over). Probing: a candidate not tried for ``probe_interval`` goes first, one
   at a time, so that a recovered candidate is seen and none starves.
+
+The caller sends to the first id ``choose`` returns (the rest are its fallbacks, in order) and
+reports each answer with ``record_response``; a candidate's send limit starts unlimited and
+is set by the first rise of its latency.
 
 The state is a value per process: each worker holds its own ``ChoiceState`` and its own
 candidates' outstanding counts and latencies (they describe what that worker sends), while the
@@ -230,6 +235,8 @@ def record_response(state: ChoiceState, candidate: str, now: float, latency_s: f
     from this response; while the slowness goes on (every response since rose) each response
     restarts the regain towards the same rate, so that a long slowness is not forgotten by the
     time it ends."""
+    if not math.isfinite(latency_s) or latency_s < 0:
+        return state  # a broken measurement says nothing of the candidate
     rate = _received(state.rates.get(candidate, _NEW_RATE), now, config)
     risen = rate.latency is not None and latency_s > config.latency_rise * rate.latency
     if risen:
@@ -282,8 +289,8 @@ def _micromon(candidates: Sequence[Candidate], state: ChoiceState, now: float, c
     """By cost, those within their send limit ahead of those over it (unless all are over),
     and the most overdue candidate for a probe first."""
     ranked = sorted(_weights_filled(candidates), key=lambda c: _cost(c, config))
-    within = [c for c in ranked if not _over_limit(state.rates.get(c.id, _NEW_RATE), now, config)]
-    order = [*within, *(c for c in ranked if c not in within)]
+    over = {c.id for c in ranked if _over_limit(state.rates.get(c.id, _NEW_RATE), now, config)}
+    order = [*(c for c in ranked if c.id not in over), *(c for c in ranked if c.id in over)]
     due = [c for c in order if now - _last_tried(c, state) >= config.probe_interval]
     if not due:
         return order

@@ -183,6 +183,29 @@ def test_rate_control_keeps_a_recovered_node_from_a_stampede() -> None:
     assert firsts("micromon", [back, steady], 50, start=recovered_at) == ["back"] * 50
 
 
+def test_a_candidate_over_its_send_limit_goes_after_those_within_theirs_unless_all_are_over() -> None:
+    config = ChoiceConfig()
+    state, t = back_off(EMPTY_CHOICE, "a", 0.0, config)
+    state, _ = back_off(state, "b", 0.0, config)
+    a = Candidate("a", latency_s=0.010, last_tried=1e9)
+    b = Candidate("b", latency_s=0.020, last_tried=1e9)
+    c = Candidate("c", latency_s=0.030, last_tried=1e9)
+    orders = []
+    for _ in range(4):  # limits of 2 per window just after a back-off: a twice, then b twice, then c
+        order, state = choose("micromon", [a, b, c], state, t, 0.0, config)
+        orders.append(order)
+    assert [o[0] for o in orders] == ["a", "a", "b", "b"]
+    assert orders[2] == ("b", "c", "a")
+    order, _ = choose("micromon", [a, b], state, t, 0.0, config)
+    assert order == ("a", "b")  # both over: by cost
+
+
+def test_a_broken_latency_measurement_is_ignored() -> None:
+    state = record_response(EMPTY_CHOICE, "a", 0.0, 0.010)
+    for junk in (float("nan"), float("inf"), -1.0):
+        assert record_response(state, "a", 1.0, junk) == state
+
+
 def test_a_long_slowness_regains_towards_what_was_served_before_it() -> None:
     config = ChoiceConfig()
     state, t = back_off(EMPTY_CHOICE, "n", 0.0, config)
