@@ -241,7 +241,6 @@ class SizingLoop:
     # ---- the thread -------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        self.write_initial()
         while not stop.wait(self.settings.interval):
             try:
                 self.epoch()
@@ -287,6 +286,7 @@ def start_sizing(settings: Settings, tiers: Mapping[str, TierControl], hub: Reus
         hub.serve()
     total = config.total if config.adaptive else sum(control.capacity() for control in tiers.values())
     loop = SizingLoop(config, hub, tiers, total, report_path(settings), grain=settings.cache.read.block_size)
+    loop.write_initial()  # before the node serves: the admin endpoint always has a report
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), name="sizing-loop", daemon=True)
     thread.start()
