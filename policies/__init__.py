@@ -12,7 +12,12 @@ decision types:
   reciprocal swaps toward every tenant's weighted max-min share of the cluster; a node's
   weighted max-min service; the min-max ratio; a cluster-wide budget split among nodes by demand.
 - ``selection``: which of a block's owners to ask, less suspect peers (per-peer health, now),
-  and the fetch plan for a missed block (peer owners, then the lake).
+  and the fetch plan for a missed block (peer owners, then the lake); replica choice among
+  candidates (peers or lake endpoints) by policy: ``micromon`` (C3's queue x service time with
+  rate control, anomaly scores, the tenant's local weight: Pisces RS), ``round_robin``,
+  ``least_outstanding`` (two random choices), ``latency`` (EWMA).
+- ``anomaly``: MicroMon: host micrometrics -> compact anomaly reports against thresholds and a
+  moving baseline; a node's anomaly score.
 - ``tiering``: which tier (L1 or L2) keeps a fetched block.
 - ``readahead``: the blocks fetched ahead of a reader, past its range when it is sequential.
 - ``admission``: which objects the cache takes in by size (reads, write-through PUTs).
