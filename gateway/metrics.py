@@ -167,3 +167,33 @@ class SizingCollector(Collector):
                 if isinstance(value, (int, float)):
                     family.add_metric([tier], float(value))
             yield family
+
+
+class TelemetryCollector(Collector):
+    """Host micrometrics and anomalies (issue 15, MicroMon); ``snapshot`` is
+    ``NodeTelemetry.snapshot`` (this worker's last sample, the node's anomalies)."""
+
+    def __init__(self, snapshot: Callable[[], Mapping[str, object]]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        doc = self.snapshot()
+        metrics = doc.get("metrics")
+        for name, value in (metrics.items() if isinstance(metrics, dict) else ()):
+            if isinstance(value, (int, float)):
+                yield GaugeMetricFamily(f"lakegate_host_{name}", f"host micrometric {name} (last sample)", value=value)
+        current = GaugeMetricFamily("lakegate_anomaly_severity", "the node's current anomalies: how far off (>= 1)",
+                                    labels=["metric"])
+        for item in doc.get("anomalies") or []:  # type: ignore[attr-defined]
+            current.add_metric([str(item[0])], float(item[1]))
+        yield current
+        started = CounterMetricFamily("lakegate_anomalies", "anomalies begun on this worker's samples",
+                                      labels=["metric"])
+        for metric, count in (doc.get("anomalies_started") or {}).items():  # type: ignore[attr-defined]
+            started.add_metric([str(metric)], float(count))
+        yield started
+        for field, help_text in (("report_bytes", "bytes of anomaly reports sent in heartbeats"),
+                                 ("raw_bytes", "bytes the raw samples would have taken instead")):
+            value = doc.get(field)
+            if isinstance(value, int):
+                yield CounterMetricFamily(f"lakegate_telemetry_{field}", help_text, value=value)

@@ -106,7 +106,7 @@ class PeerAPI:
         self, secret: bytes, cluster: Cluster | None, reads: LocalReads | None, load: Callable[[], Mapping[str, float]],
         *, clock: Callable[[], float] = time.time, replays: wire.ReplayGuard | None = None,
         body_timeout: float = FrontendConfig.body_timeout, fairness: FairnessPeer | None = None,
-        meter: Meter | None = None,
+        meter: Meter | None = None, anomalies: Callable[[], tuple[wire.AnomalyReport, ...]] = tuple,
     ) -> None:
         self.secret = secret
         self.meter = meter
@@ -116,7 +116,7 @@ class PeerAPI:
         self.routes: dict[tuple[str, str], Route[Any]] = {}
         if secret and cluster is not None and reads is not None:
             follower = Follower(cluster, fairness) if fairness is not None else None
-            self.routes = routes(Owner(cluster, reads, load), follower)
+            self.routes = routes(Owner(cluster, reads, load, anomalies), follower)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method, path = scope["method"], scope["path"]

@@ -38,6 +38,7 @@ from cachetier.lake.s3.client import S3Lake
 from cachetier.read.generations import Generations
 from cachetier.read.path import ReadPath
 from cachetier.telemetry.counters import CacheStats
+from cachetier.telemetry.host import HostSampler
 from cachetier.telemetry.reuse import SIZING_SOCKET, ReuseHub, SizingProbe
 from cachetier.telemetry.snapshots import CacheSnapshot
 from cachetier.fairness.lake import metered
@@ -46,9 +47,10 @@ from gateway.admission import NodeFairness, limited
 from gateway.fairpeer import FairnessMember, loop_lock
 from gateway.loops.allocation import allocation_loop
 from gateway.loops.placement import placement_loop
+from gateway.loops.telemetry import NodeTelemetry, telemetry_loop
 from gateway.loops.sizing import TierControl, initial_split, read_report, report_path, start_sizing
 from gateway.loops.membership import heartbeat_loop, host_load
-from gateway.metrics import CacheCollector, ClusterCollector, FairnessCollector, SizingCollector
+from gateway.metrics import CacheCollector, ClusterCollector, FairnessCollector, SizingCollector, TelemetryCollector
 from gateway.peerapi import Meter, PeerAPI
 from gateway.workerstats import WorkerBoard, node_cache, node_counters
 from gateway.s3.frontend import S3Frontend
@@ -91,6 +93,7 @@ class Node:
     board: WorkerBoard | None = None  # with several workers: the others' counts
     fairness: NodeFairness | None = None  # tenant fairness (None: off, and no capacity set)
     fair_member: FairnessMember | None = None  # its side of the cluster's fairness loops
+    telemetry: NodeTelemetry | None = None  # host micrometrics and anomaly reports (issue 15)
     registry: CollectorRegistry = dataclasses.field(init=False)  # /metrics: the node's counts
 
     def __post_init__(self) -> None:
@@ -102,6 +105,8 @@ class Node:
             registry.register(ClusterCollector(self.cluster, self.cluster_counters))
         if self.cache is not None:
             registry.register(SizingCollector(self.sizing_report))
+        if self.telemetry is not None:
+            registry.register(TelemetryCollector(self.telemetry.snapshot))
         object.__setattr__(self, "registry", registry)
 
     def sizing_report(self) -> dict[str, object] | None:
@@ -149,7 +154,8 @@ class Node:
             if fairness is not None and self.fair_member is not None:
                 fairness["partitions"] = self.fair_member.published()
             self.board.publish(own_cache, self.cluster.counter_values() if self.cluster is not None else None,
-                               fairness=fairness)
+                               fairness=fairness,
+                               telemetry=self.telemetry.published() if self.telemetry is not None else None)
 
     def stats(self) -> NodeStats:
         cluster = None
@@ -410,17 +416,21 @@ async def running_node(
             member = FairnessMember(fairness, cluster, lambda: board_part(board, "fairness"),
                                     board.directory if board is not None else None)
             meter = _peer_meter(fairness, member)
+        telemetry = NodeTelemetry(HostSampler(settings.cache.directory))
+        telemetry.share_with(lambda: board_part(board, "telemetry"))
+        start_task(stack, telemetry_loop(telemetry))
         peer_api = PeerAPI(secret, cluster, cache.reads if cache is not None else None, load,
-                           body_timeout=settings.server.frontend.body_timeout, fairness=member, meter=meter)
+                           body_timeout=settings.server.frontend.body_timeout, fairness=member, meter=meter,
+                           anomalies=telemetry.reports)
         if cluster is not None:
-            start_task(stack, heartbeat_loop(cluster, load))
+            start_task(stack, heartbeat_loop(cluster, load, telemetry))
         if member is not None and cluster is not None:
             lock_dir = board.directory if board is not None and settings.server.workers > 1 else None
             start_task(stack, loop_lock(lock_dir, fairness_loops(settings, tenants, cluster, member)))
         served = cache if cache is not None else lake
         s3 = S3Frontend(served, tenants, settings.server.frontend, fairness=fairness)
         node = Node(settings, tenants, served, cache, cluster, s3, peer_api, board=board, fairness=fairness,
-                    fair_member=member)
+                    fair_member=member, telemetry=telemetry)
         if fairness is not None:
             start_task(stack, fairness_loop(node, fairness))
         if node.board is not None:

@@ -40,9 +40,10 @@ class WorkerBoard:
         directory.mkdir(parents=True, exist_ok=True)
 
     def publish(self, cache: CacheSnapshot | None, cluster: Mapping[str, int] | None,
-                fairness: Mapping[str, object] | None = None) -> None:
+                fairness: Mapping[str, object] | None = None, telemetry: Mapping[str, object] | None = None) -> None:
         doc = {
             "fairness": dict(fairness or {}),
+            "telemetry": dict(telemetry or {}),
             "per_tenant": cache.per_tenant if cache is not None else {},
             "tiers": {name: {f: getattr(t, f) for f in _TIER_COUNTS} for name, t in (cache.tiers if cache else {}).items()},
             "write_buffered_bytes": cache.write_buffered_bytes if cache is not None else 0,

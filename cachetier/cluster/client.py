@@ -34,8 +34,10 @@ class Peers(Protocol):
     """The other nodes, as this node calls them (``cachetier.cluster.node.Cluster`` and, through
     it, the read path)."""
 
-    async def heartbeat(self, url: str, load: Mapping[str, float], timeout: float) -> wire.HeartbeatAnswer:
-        """Send our heartbeat (with ``load``) to the node at ``url``; its answer names it."""
+    async def heartbeat(self, url: str, load: Mapping[str, float], timeout: float,
+                        anomalies: tuple[wire.AnomalyReport, ...] = ()) -> wire.HeartbeatAnswer:
+        """Send our heartbeat (with ``load`` and our ``anomalies``) to the node at ``url``; its
+        answer names it."""
         ...
 
     async def invalidate(self, member: Member, bucket: str, keys: list[str] | None, timeout: float) -> None:
@@ -130,8 +132,9 @@ class PeerClient:
             raise PeerUnavailable(f"{url}: {path} answered {resp.status_code}")
         return resp.content
 
-    async def heartbeat(self, url: str, load: Mapping[str, float], timeout: float) -> wire.HeartbeatAnswer:
-        body = wire.Heartbeat(self.me, dict(load)).to_json()
+    async def heartbeat(self, url: str, load: Mapping[str, float], timeout: float,
+                        anomalies: tuple[wire.AnomalyReport, ...] = ()) -> wire.HeartbeatAnswer:
+        body = wire.Heartbeat(self.me, dict(load), anomalies).to_json()
         answer = await self._post(url, wire.HEARTBEAT, body, timeout)
         try:
             return wire.HeartbeatAnswer.from_json(answer)

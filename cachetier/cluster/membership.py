@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.ring import Member, PartitionMap, plan
+from cachetier.cluster.wire import AnomalyReport
 from policies import selection
 
 
@@ -40,6 +41,7 @@ class _Peer:
     member: Member
     last_heard: float
     load: dict[str, float] | None = None
+    anomalies: tuple[AnomalyReport, ...] = ()  # its last heartbeat's (MicroMon, issue 15)
 
 
 class Membership:
@@ -67,17 +69,20 @@ class Membership:
 
     # ---- what the heartbeat loop reports ----------------------------------------------------
 
-    def heard_from(self, member: Member, load: dict[str, float] | None = None) -> bool:
-        """``member`` answered or sent a heartbeat just now. True when the ring changed."""
+    def heard_from(self, member: Member, load: dict[str, float] | None = None,
+                   anomalies: tuple[AnomalyReport, ...] | None = None) -> bool:
+        """``member`` answered or sent a heartbeat just now (with its ``anomalies``; None: not
+        said). True when the ring changed."""
         if member.id == self.me.id:
             return False
         now = self.clock()
         peer = self._peers.get(member.id)
         if peer is None:
-            self._peers[member.id] = _Peer(member, now, load=load)
+            self._peers[member.id] = _Peer(member, now, load=load, anomalies=anomalies or ())
         else:
             peer.member, peer.last_heard = member, now
             peer.load = load if load is not None else peer.load
+            peer.anomalies = anomalies if anomalies is not None else peer.anomalies
         self._health.pop(member.id, None)
         return self._replan()
 
@@ -113,6 +118,11 @@ class Membership:
         """The node that runs the cluster's control loops: the live one with the smallest id."""
         return min(self.live(), key=lambda m: m.id)
 
+    def anomalies(self, node_id: str) -> tuple[AnomalyReport, ...]:
+        """A live peer's anomaly reports, as its last heartbeat said (none for others)."""
+        peer = self._peers.get(node_id)
+        return peer.anomalies if peer is not None and node_id in self._live else ()
+
     def known(self) -> list[Member]:
         """Every peer ever heard from, live or not."""
         return [p.member for p in self._peers.values()]
@@ -131,6 +141,7 @@ class Membership:
                     "heard_ago_s": round(now - p.last_heard, 3),
                     "suspect": self._health.get(p.member.id, selection.HEALTHY).suspect_until > now,
                     "load": p.load,
+                    "anomalies": [a.to_list() for a in p.anomalies],
                 }
                 for p in self._peers.values()
             },

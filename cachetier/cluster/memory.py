@@ -37,8 +37,9 @@ class MemoryPeers:
             raise PeerUnavailable(f"{url}: no answer")
         return owner
 
-    async def heartbeat(self, url: str, load: Mapping[str, float], timeout: float) -> wire.HeartbeatAnswer:
-        message = wire.Heartbeat.from_json(wire.Heartbeat(self.me, dict(load)).to_json())
+    async def heartbeat(self, url: str, load: Mapping[str, float], timeout: float,
+                        anomalies: tuple[wire.AnomalyReport, ...] = ()) -> wire.HeartbeatAnswer:
+        message = wire.Heartbeat.from_json(wire.Heartbeat(self.me, dict(load), anomalies).to_json())
         try:
             answer = await self._owner(url).heartbeat(message, self.me.id)
         except (wire.WireError, S3Error) as exc:

@@ -163,11 +163,13 @@ class Cluster:
 
     # ---- membership -------------------------------------------------------------------------
 
-    async def heartbeat_round(self, load: Mapping[str, float]) -> None:
-        """Heartbeat every seed and every peer heard from; then expire the silent ones."""
+    async def heartbeat_round(self, load: Mapping[str, float], anomalies: tuple[wire.AnomalyReport, ...] = ()) -> None:
+        """Heartbeat every seed and every peer heard from, with this node's ``anomalies``; then
+        expire the silent ones."""
         urls = list(dict.fromkeys([*self.seeds, *await self._dns_seeds(), *(m.url for m in self.membership.known())]))
         timeout = max(self.heartbeat_interval, 0.5)
-        results = await asyncio.gather(*(self.client.heartbeat(u, load, timeout) for u in urls), return_exceptions=True)
+        results = await asyncio.gather(*(self.client.heartbeat(u, load, timeout, anomalies) for u in urls),
+                                       return_exceptions=True)
         for url, result in zip(urls, results):
             if isinstance(result, PeerUnavailable):
                 self.counters["heartbeat_failures"] += 1
@@ -175,14 +177,15 @@ class Cluster:
             elif isinstance(result, BaseException):
                 raise result
             else:
-                if self.membership.heard_from(result.member, dict(result.load)):
+                if self.membership.heard_from(result.member, dict(result.load), result.anomalies):
                     self._log_ring()
         if self.membership.tick():
             self._log_ring()
 
-    def heard_from(self, member: Member, load: Mapping[str, float]) -> None:
+    def heard_from(self, member: Member, load: Mapping[str, float],
+                   anomalies: tuple[wire.AnomalyReport, ...] | None = None) -> None:
         """A peer's heartbeat arrived (the peer API calls this)."""
-        if self.membership.heard_from(member, dict(load)):
+        if self.membership.heard_from(member, dict(load), anomalies):
             self._log_ring()
 
     def _log_ring(self) -> None:

@@ -69,14 +69,17 @@ class ServedBlock:
 class Owner:
     """This node as its peers see it. ``load`` is what heartbeat answers carry."""
 
-    def __init__(self, cluster: Cluster, reads: LocalReads, load: Callable[[], Mapping[str, float]]) -> None:
+    def __init__(self, cluster: Cluster, reads: LocalReads, load: Callable[[], Mapping[str, float]],
+                 anomalies: Callable[[], tuple[wire.AnomalyReport, ...]] = tuple) -> None:
         self.cluster = cluster
         self.reads = reads
         self.load = load
+        self.anomalies = anomalies  # this node's current reports, for heartbeat answers
 
     async def heartbeat(self, message: wire.Heartbeat, sender: str) -> wire.HeartbeatAnswer:
-        self.cluster.heard_from(message.member, message.load)
-        return wire.HeartbeatAnswer(self.cluster.me, dict(self.load()), self.cluster.membership.ring.version)
+        self.cluster.heard_from(message.member, message.load, message.anomalies)
+        return wire.HeartbeatAnswer(self.cluster.me, dict(self.load()), self.cluster.membership.ring.version,
+                                    self.anomalies())
 
     async def invalidate(self, message: wire.Invalidate, sender: str) -> wire.Acknowledged:
         if message.keys is None:

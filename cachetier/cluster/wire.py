@@ -59,7 +59,8 @@ import json
 import heapq
 import math
 import secrets
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, Self
 from urllib.parse import parse_qs, urlencode
@@ -294,23 +295,70 @@ def _member_doc(member: Member) -> dict[str, object]:
     return {"id": member.id, "url": member.url, "weight": member.weight}
 
 
+MAX_ANOMALIES = 32  # reports one heartbeat carries at most
+_MAX_METRIC = 48
+
+
+@dataclass(frozen=True)
+class AnomalyReport:
+    """One of a node's micrometrics off (MicroMon, issue 15): which, how far (``severity`` >= 1:
+    the value over its limit, or its deviation over the allowed one), for how long."""
+
+    metric: str
+    severity: float
+    age_s: float
+
+    def to_list(self) -> list[object]:
+        return [self.metric, round(self.severity, 3), round(self.age_s, 1)]
+
+
+def anomalies_json(reports: Sequence[AnomalyReport]) -> list[list[object]]:
+    """What a heartbeat carries of its reports: ``[[metric, severity, age_s], ...]``."""
+    return [report.to_list() for report in reports[:MAX_ANOMALIES]]
+
+
+def _anomalies_doc(reports: Sequence[AnomalyReport]) -> dict[str, object]:
+    """The ``anomalies`` field, left out when there are none (what older nodes sent)."""
+    return {"anomalies": anomalies_json(reports)} if reports else {}
+
+
+def _anomalies(doc: Mapping[str, object]) -> tuple[AnomalyReport, ...]:
+    value = doc.get("anomalies")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_ANOMALIES:
+        raise WireError(f"anomalies must be a list of at most {MAX_ANOMALIES}")
+    reports = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+                and 0 < len(item[0]) <= _MAX_METRIC):
+            raise WireError(f"an anomaly is [metric, severity, age_s], not {item!r}")
+        severity, age = _number(item[1], "anomaly severity"), _number(item[2], "anomaly age")
+        if not (math.isfinite(severity) and math.isfinite(age) and severity >= 0 and age >= 0):
+            raise WireError(f"an anomaly's severity and age are finite and >= 0, not {item!r}")
+        reports.append(AnomalyReport(item[0], severity, age))
+    return tuple(reports)
+
+
 # ---- messages ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """POST heartbeat: the sender, and its load (name -> figure) for the receiver's view."""
+    """POST heartbeat: the sender, its load (name -> figure) for the receiver's view, and its
+    current anomaly reports (MicroMon: what is off, not the raw samples)."""
 
     member: Member
     load: Mapping[str, float] = field(default_factory=dict)
+    anomalies: tuple[AnomalyReport, ...] = ()
 
     def to_json(self) -> bytes:
-        return _dumps({**_member_doc(self.member), "load": dict(self.load)})
+        return _dumps({**_member_doc(self.member), "load": dict(self.load), **_anomalies_doc(self.anomalies)})
 
     @classmethod
     def from_json(cls, body: bytes) -> Self:
         doc = json_object(body)
-        return cls(member_from(doc), _load(doc))
+        return cls(member_from(doc), _load(doc), _anomalies(doc))
 
 
 @dataclass(frozen=True)
@@ -321,9 +369,11 @@ class HeartbeatAnswer:
     member: Member
     load: Mapping[str, float] = field(default_factory=dict)
     ring_version: str | None = None
+    anomalies: tuple[AnomalyReport, ...] = ()
 
     def to_json(self) -> bytes:
-        return _dumps({**_member_doc(self.member), "load": dict(self.load), "ring_version": self.ring_version})
+        return _dumps({**_member_doc(self.member), "load": dict(self.load), "ring_version": self.ring_version,
+                       **_anomalies_doc(self.anomalies)})
 
     @classmethod
     def from_json(cls, body: bytes) -> Self:
@@ -331,7 +381,7 @@ class HeartbeatAnswer:
         version = doc.get("ring_version")
         if version is not None and not isinstance(version, str):
             raise WireError(f"ring_version must be a string, not {version!r}")
-        return cls(member_from(doc), _load(doc), version)
+        return cls(member_from(doc), _load(doc), version, _anomalies(doc))
 
 
 @dataclass(frozen=True)

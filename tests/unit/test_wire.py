@@ -373,3 +373,18 @@ def test_a_block_answer_says_whether_the_owner_had_the_block() -> None:
         assert wire.BlockAnswer.from_headers(headers) == wire.BlockAnswer(5, cached)
     odd = wire.BlockAnswer.from_headers({"content-length": "5", wire.CACHED_HEADER: "maybe"})
     assert odd.cached is None  # an older (or odd) peer says nothing
+
+
+def test_heartbeats_carry_anomaly_reports_compactly() -> None:
+    me = Member("n1", "http://n1:9000")
+    reports = (wire.AnomalyReport("iowait_percent", 2.5, 3.0), wire.AnomalyReport("loop_lag_s", 1.2, 0.5))
+    beat = wire.Heartbeat(me, {"cpu": 1.0}, reports)
+    assert wire.Heartbeat.from_json(beat.to_json()) == beat
+    assert json.loads(beat.to_json())["anomalies"] == [["iowait_percent", 2.5, 3.0], ["loop_lag_s", 1.2, 0.5]]
+    answer = wire.HeartbeatAnswer(me, {}, "v1", reports)
+    assert wire.HeartbeatAnswer.from_json(answer.to_json()) == answer
+    for bad in ([["m", -1, 0]], [["m", 1]], [[1, 1, 1]], [["", 1, 1]], [["m", 1, float("inf")]],
+                [["m" * 49, 1, 1]], [["m", 1, 1]] * (wire.MAX_ANOMALIES + 1), "x"):
+        body = json.dumps({"id": "n1", "url": "http://n1:9000", "anomalies": bad}).encode()
+        with pytest.raises(wire.WireError):
+            wire.Heartbeat.from_json(body)

@@ -66,7 +66,7 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         cluster.aclose = aclose  # type: ignore[method-assign]
         return cluster
 
-    async def heartbeat_loop(cluster: Cluster, load: object) -> None:
+    async def heartbeat_loop(cluster: Cluster, load: object, telemetry: object = None) -> None:
         try:
             await asyncio.Event().wait()
         finally:
