@@ -440,9 +440,10 @@ class S3Lake:
                 await response.aclose()
                 attempt.release()
             except httpx2.TransportError as exc:
-                attempt.failed()
                 if upload is not None and upload.error is not None:
+                    attempt.release()  # not the endpoint's failure: nothing to tell its chooser
                     raise  # the caller's body failed: its exception, unchanged
+                attempt.failed()
                 unsent = isinstance(exc, _NEVER_SENT) and (upload is None or not upload.started)
                 wait = retry.delay(backoff, retry.Attempt(number, None, retryable, unsent, elsewhere), random.random())
                 if wait is None:
