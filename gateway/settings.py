@@ -230,10 +230,18 @@ class Environment(BaseSettings):
             if not v[4:]:
                 raise ValueError("lake dir: needs a path, e.g. dir:var/lake")
             return v
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
-            raise ValueError(f"lake must be dir:PATH or http(s)://host:port, got {v!r}")
-        return v
+        urls = [url.strip() for url in v.split(",")]
+        schemes = set()
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+                raise ValueError(f"lake must be dir:PATH or http(s)://host:port[,http(s)://host:port...], got {url!r}")
+            schemes.add(parts.scheme)
+        if len(schemes) > 1:
+            raise ValueError(f"the lake's endpoints must be all http or all https, got {v!r}")
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"the lake's endpoints must differ, got {v!r}")
+        return ",".join(urls)
 
     @field_validator("cache_eviction")
     @classmethod
@@ -322,7 +330,7 @@ class ServerSettings:
 class LakeSettings:
     """The lake: an embedded folder (``directory``) or an S3 endpoint (``s3``), never both."""
 
-    location: str  # as given: dir:PATH or http(s)://host:port
+    location: str  # as given: dir:PATH or http(s)://host:port[,http(s)://host:port...]
     directory: Path | None = None
     s3: S3LakeConfig | None = None
 
@@ -462,8 +470,9 @@ def _lake(env: Environment) -> LakeSettings:
     if not (env.lake_access_key and env.lake_secret_key):
         field = "lake_access_key" if not env.lake_access_key else "lake_secret_key"
         raise _fail(field, "an S3 lake needs lake_access_key and lake_secret_key (LAKEGATE_LAKE_ACCESS_KEY/...)")
+    endpoints = tuple(env.lake.split(","))  # validated: one or more http(s) URLs
     s3 = S3LakeConfig(
-        env.lake,
+        endpoints[0],
         env.lake_access_key,
         env.lake_secret_key,
         env.lake_region,
@@ -471,6 +480,7 @@ def _lake(env: Environment) -> LakeSettings:
         connect_timeout=env.lake_connect_timeout,
         retries=env.lake_retries,
         max_connections=env.lake_max_connections,
+        endpoints=endpoints,
     )
     return LakeSettings(env.lake, s3=s3)
 

@@ -2,7 +2,9 @@
 deploy/ceph/start-ceph.sh (:class:`CephCluster`, used by the benchmarks; `make test` starts its
 own with deploy/ceph/with-ceph.sh), and the RGW the environment names (:func:`rgw_endpoint`:
 S3_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, as s3.env sets them), which the
-integration and cluster test tiers run against.
+integration and cluster test tiers run against. With ``rgw_instances`` > 1 the cluster has
+several radosgw on consecutive ports (``endpoints``; :func:`rgw_endpoints`: S3_ENDPOINT_URLS),
+several endpoints of one lake.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
@@ -34,6 +36,16 @@ def rgw_endpoint(environ: Mapping[str, str] = os.environ) -> S3Endpoint | None:
                       environ["AWS_SECRET_ACCESS_KEY"])
 
 
+def rgw_endpoints(environ: Mapping[str, str] = os.environ) -> list[S3Endpoint]:
+    """Every RGW instance S3_ENDPOINT_URLS names (comma-separated), else S3_ENDPOINT_URL's one
+    (or none), with the AWS_ keys."""
+    urls = [url.strip().rstrip("/") for url in environ.get("S3_ENDPOINT_URLS", "").split(",") if url.strip()]
+    if not urls:
+        one = rgw_endpoint(environ)
+        return [] if one is None else [one]
+    return [S3Endpoint(url, environ["AWS_ACCESS_KEY_ID"], environ["AWS_SECRET_ACCESS_KEY"]) for url in urls]
+
+
 @dataclass
 class CephCluster:
     """A throwaway single-node Ceph RGW, started with deploy/ceph/start-ceph.sh in its own data
@@ -42,10 +54,14 @@ class CephCluster:
 
     ``command_prefix`` runs the daemons elsewhere, e.g. ``("ip", "netns", "exec", NAME)`` for a
     network namespace (benchmarks/netns.py): their 127.0.0.1 is then that namespace's, so the
-    endpoint is reachable only from inside it. Stopping needs no prefix (it goes by pid)."""
+    endpoint is reachable only from inside it. Stopping needs no prefix (it goes by pid).
+
+    ``rgw_instances``: radosgw processes on ports ``rgw_port``, +1, ...; ``endpoint`` is the
+    first, ``endpoints`` all of them (``restart_rgw`` restarts the first only)."""
 
     ceph_dir: Path = Path("/tmp/lakegate-bench-ceph")
     rgw_port: int = 7590
+    rgw_instances: int = 1
     mon_port: int = 40990
     ms_port_min: int = 47000
     ms_port_max: int = 47099
@@ -54,6 +70,7 @@ class CephCluster:
     start_timeout: float = 300.0
     command_prefix: tuple[str, ...] = ()
     endpoint: S3Endpoint | None = None
+    endpoints: list[S3Endpoint] = field(default_factory=list)
     _started: bool = False
     _rgw_proc: subprocess.Popen[bytes] | None = None
 
@@ -62,6 +79,7 @@ class CephCluster:
         env.update(
             CEPH_DIR=str(self.ceph_dir),
             CEPH_RGW_PORT=str(self.rgw_port),
+            CEPH_RGW_INSTANCES=str(self.rgw_instances),
             CEPH_MON_PORT=str(self.mon_port),
             CEPH_MS_PORT_MIN=str(self.ms_port_min),
             CEPH_MS_PORT_MAX=str(self.ms_port_max),
@@ -71,7 +89,7 @@ class CephCluster:
         return env
 
     def start(self) -> S3Endpoint:
-        log(f"starting Ceph in {self.ceph_dir} (RGW port {self.rgw_port}, mon {self.mon_port}, "
+        log(f"starting Ceph in {self.ceph_dir} (RGW port {self.rgw_port} x{self.rgw_instances}, mon {self.mon_port}, "
             f"msgr {self.ms_port_min}-{self.ms_port_max}, {self.osd_store} {self.osd_size_gb} GB)")
         # registered before the script runs: if we die while it runs, what it started (its pids
         # file) still gets stopped
@@ -95,14 +113,18 @@ class CephCluster:
             self._started = False
             cancel_on_exit(self.stop)
             raise RuntimeError(f"start-ceph.sh failed (exit {result.returncode}); output above")
-        endpoint = rgw_endpoint(read_env_file(self.ceph_dir / "s3.env"))
+        written = read_env_file(self.ceph_dir / "s3.env")
+        endpoint = rgw_endpoint(written)
         if endpoint is None:
             raise RuntimeError(f"start-ceph.sh wrote no S3_ENDPOINT_URL to {self.ceph_dir / 's3.env'}")
         self.endpoint = endpoint
+        self.endpoints = rgw_endpoints(written)
+        if len(self.endpoints) != self.rgw_instances:
+            raise RuntimeError(f"start-ceph.sh wrote {len(self.endpoints)} S3_ENDPOINT_URLS for {self.rgw_instances} RGWs")
         return endpoint
 
     def pids(self) -> dict[str, int]:
-        """Daemon name -> pid (mon.a, osd.0, rgw.gw), from the script's pids file."""
+        """Daemon name -> pid (mon.a, osd.0, rgw.gw, rgw.gw1, ...), from the script's pids file."""
         path = self.ceph_dir / "pids"
         if not path.exists():
             return {}

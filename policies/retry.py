@@ -3,8 +3,9 @@
 A request is retried when it may be repeated (an idempotent method, or one that never left:
 a connection that could not be made) and the lake failed it (an unavailable status, or a
 transport error), up to ``retries`` times. The wait doubles per attempt from ``base_delay``,
-jittered by 0.5-1.5x so that clients failed together do not retry together. The caller draws
-the random number and sleeps; this decides.
+jittered by 0.5-1.5x so that clients failed together do not retry together, except that a
+request that never left goes to another endpoint of the lake (when it has several) at once: the
+failure was the endpoint's. The caller draws the random number and sleeps; this decides.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ class Backoff:
 class Attempt:
     """One failed or answered attempt: ``number`` from 0; ``status`` the lake's answer, or None
     for a transport error; ``idempotent``: the request may be repeated; ``unsent``: (a transport
-    error) no byte of the request left, so repeating it is safe whatever its method."""
+    error) no byte of the request left, so repeating it is safe whatever its method;
+    ``elsewhere``: the next attempt would go to another endpoint of the lake."""
 
     number: int
     status: int | None
     idempotent: bool
     unsent: bool = False
+    elsewhere: bool = False
 
 
 def delay(backoff: Backoff, attempt: Attempt, draw: float) -> float | None:
@@ -45,4 +48,6 @@ def delay(backoff: Backoff, attempt: Attempt, draw: float) -> float | None:
             return None
     elif not (attempt.idempotent or attempt.unsent):
         return None
+    elif attempt.unsent and attempt.elsewhere:
+        return 0.0
     return backoff.base_delay * 2.0**attempt.number * (0.5 + draw)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.tenants import TenantDirectory
-from harness.ceph import read_env_file, rgw_endpoint
+from harness.ceph import read_env_file, rgw_endpoint, rgw_endpoints
 from harness.endpoints import ALICE, S3Endpoint, Tenant, lake_target, tenants_toml
 from harness.load import collapsed_stacks
 from harness.results import percentile, rounded
@@ -34,6 +34,14 @@ def test_the_rgw_of_the_environment() -> None:
         rgw_endpoint({"S3_ENDPOINT_URL": "http://x:1", "AWS_ACCESS_KEY_ID": "A"})
     target = lake_target(S3Endpoint("http://x:1", "A", "S"))
     assert (target.endpoint_url, target.via_gateway, target.port) == ("http://x:1", False, 1)
+
+
+def test_the_rgw_instances_of_the_environment() -> None:
+    keys = {"AWS_ACCESS_KEY_ID": "A", "AWS_SECRET_ACCESS_KEY": "S"}
+    assert rgw_endpoints({}) == []
+    assert rgw_endpoints({"S3_ENDPOINT_URL": "http://h:1", **keys}) == [S3Endpoint("http://h:1", "A", "S")]
+    both = {"S3_ENDPOINT_URL": "http://h:1", "S3_ENDPOINT_URLS": "http://h:1,http://h:2/", **keys}
+    assert rgw_endpoints(both) == [S3Endpoint("http://h:1", "A", "S"), S3Endpoint("http://h:2", "A", "S")]
 
 
 def test_an_s3_env_file(tmp_path: Path) -> None:

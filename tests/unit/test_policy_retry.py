@@ -36,3 +36,12 @@ def test_the_wait_doubles_per_attempt_within_its_jitter_bounds(number: int, draw
     wait = delay(Backoff(10, base), Attempt(number, status, idempotent=True), draw)
     assert wait is not None
     assert 0.5 * base * 2**number <= wait <= 1.5 * base * 2**number
+
+
+def test_a_request_that_never_left_moves_to_another_endpoint_at_once() -> None:
+    assert delay(BACKOFF, Attempt(1, None, idempotent=False, unsent=True, elsewhere=True), 0.5) == 0.0
+    assert delay(BACKOFF, Attempt(1, None, idempotent=True, unsent=True, elsewhere=False), 0.5) == 0.2
+    # sent, or answered 5xx: the lake (one cluster behind every endpoint) may be what fails
+    assert delay(BACKOFF, Attempt(1, None, idempotent=True, elsewhere=True), 0.5) == 0.2
+    assert delay(BACKOFF, Attempt(1, 503, idempotent=True, elsewhere=True), 0.5) == 0.2
+    assert delay(BACKOFF, Attempt(3, None, idempotent=True, unsent=True, elsewhere=True), 0.5) is None

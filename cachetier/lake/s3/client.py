@@ -64,6 +64,7 @@ from cachetier.errors import (
     from_lake,
 )
 from cachetier.lake.s3.config import S3LakeConfig
+from cachetier.lake.s3.endpoints import Endpoint, EndpointAttempt, EndpointChooser, RoundRobin, TrackedStream
 from cachetier.net.transport import LakeTransport
 from cachetier.lake import (
     Body,
@@ -110,24 +111,41 @@ class S3Lake:
 
     def __init__(
         self, config: S3LakeConfig, *, transport: httpx2.AsyncBaseTransport | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, timer: Callable[[], float] = time.monotonic,
+        chooser: EndpointChooser | None = None,
     ) -> None:
-        url = httpx2.URL(config.endpoint)
-        self._host = url.netloc.decode("ascii")
-        self._origin = f"{url.scheme}://{self._host}"
+        """``transport``, when given, carries the requests to every endpoint (a test's); else
+        each endpoint gets pools of its own. ``clock`` is the signing time, ``timer`` what
+        attempts' latencies are measured with."""
         self._signer: Signer = CrtSigner(config.access_key, config.secret_key, config.region)
-        self._clock = clock  # the signing time
+        self._clock = clock
+        self._timer = timer
         self._retries = config.retries
         self._timeouts = config.timeouts.as_dict()
-        self._transport = transport if transport is not None else LakeTransport(max_connections=config.max_connections)
-        # HEADs (metadata lookups, which hits wait on when their TTL runs out) on connections of
-        # their own: never queued behind block fetches that hold every connection of the pool
-        self._heads = transport if transport is not None else LakeTransport(max_connections=_HEAD_CONNECTIONS)
+        self._urls = config.endpoints
+        self._endpoints = {url: self._endpoint(url, config, transport) for url in config.endpoints}
+        self.chooser: EndpointChooser = chooser if chooser is not None else RoundRobin()
+
+    @staticmethod
+    def _endpoint(url: str, config: S3LakeConfig, transport: httpx2.AsyncBaseTransport | None) -> Endpoint:
+        if transport is not None:
+            return Endpoint(url, transport, transport)
+        return Endpoint(url, LakeTransport(max_connections=config.max_connections),
+                        LakeTransport(max_connections=_HEAD_CONNECTIONS))
+
+    def endpoint_stats(self) -> dict[str, dict[str, int]]:
+        """Per endpoint URL: ``requests`` (attempts sent), ``errors`` (attempts the endpoint
+        failed: connection errors, timeouts, 5xx, bodies broken mid-way), ``outstanding`` (in
+        flight now)."""
+        return {url: endpoint.counters.as_dict() for url, endpoint in self._endpoints.items()}
 
     async def aclose(self) -> None:
-        await self._transport.aclose()
-        if self._heads is not self._transport:
-            await self._heads.aclose()
+        closed: set[int] = set()
+        for endpoint in self._endpoints.values():
+            for transport in (endpoint.transport, endpoint.heads):
+                if id(transport) not in closed:
+                    closed.add(id(transport))
+                    await transport.aclose()
 
     # -- buckets -----------------------------------------------------------------------------
 
@@ -407,38 +425,45 @@ class S3Lake:
             payload = upload = _Upload(content, length or 0)
         retryable = method in _IDEMPOTENT_METHODS if idempotent is None else idempotent
         backoff = retry.Backoff(self._retries, self.retry_base_delay)
+        order = [self._endpoints[url] for url in self.chooser.order(self._urls)]
         for number in range(self._retries + 1):
-            request = self._signed(method, bucket, key, query or {}, dict(headers or {}), payload, length)
+            endpoint = order[number % len(order)]
+            elsewhere = order[(number + 1) % len(order)] is not endpoint
+            request = self._signed(endpoint, method, bucket, key, query or {}, dict(headers or {}), payload, length)
+            attempt = EndpointAttempt(endpoint, self.chooser, self._timer)
             try:
-                response = await self._send(request)
+                response = await self._send(endpoint, request)
+                attempt.answered(response.status_code not in _UNAVAILABLE)
                 wait = retry.delay(backoff, retry.Attempt(number, response.status_code, retryable), random.random())
                 if wait is None:
-                    if response.status_code >= 300:
-                        raise await _lake_error(response, method, not_found)
-                    if not stream:
-                        await response.aread()
-                    return response
+                    return await _answer(response, method, not_found, stream, attempt)
                 await response.aclose()
+                attempt.release()
             except httpx2.TransportError as exc:
                 if upload is not None and upload.error is not None:
+                    attempt.release()  # not the endpoint's failure: nothing to tell its chooser
                     raise  # the caller's body failed: its exception, unchanged
+                attempt.failed()
                 unsent = isinstance(exc, _NEVER_SENT) and (upload is None or not upload.started)
-                wait = retry.delay(backoff, retry.Attempt(number, None, retryable, unsent), random.random())
+                wait = retry.delay(backoff, retry.Attempt(number, None, retryable, unsent, elsewhere), random.random())
                 if wait is None:
                     raise ServiceUnavailable(f"The lake is unreachable ({type(exc).__name__}).") from exc
+            except BaseException:
+                attempt.release()
+                raise
             await asyncio.sleep(wait)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def _send(self, request: httpx2.Request) -> httpx2.Response:
-        """``request`` through the transport; the response's body is not read yet."""
+    async def _send(self, endpoint: Endpoint, request: httpx2.Request) -> httpx2.Response:
+        """``request`` through the endpoint's transport; the response's body is not read yet."""
         request.extensions["timeout"] = self._timeouts
-        transport = self._heads if request.method == "HEAD" else self._transport
-        response = await transport.handle_async_request(request)
+        response = await endpoint.transport_for(request.method).handle_async_request(request)
         response.request = request
         return response
 
     def _signed(
         self,
+        endpoint: Endpoint,
         method: str,
         bucket: str | None,
         key: str | None,
@@ -455,7 +480,7 @@ class S3Lake:
             for name, value in sorted(query.items())
         )
         suffix = "?" + query_string if query_string else ""
-        headers["host"] = self._host
+        headers["host"] = endpoint.host  # each endpoint is signed for as itself
         if isinstance(content, bytes):
             headers["content-length"] = str(len(content))
         elif content is not None:
@@ -474,8 +499,23 @@ class S3Lake:
         wire.setdefault("user-agent", _USER_AGENT)
         # httpx drops "." and ".." path segments (legal in S3 keys); escaped, they reach the
         # lake, which decodes the path before checking the signature over it.
-        url = httpx2.URL(self._origin + _escape_dot_segments(path) + suffix)
+        url = httpx2.URL(endpoint.origin + _escape_dot_segments(path) + suffix)
         return httpx2.Request(method, url, headers=[(n.encode("ascii"), v) for n, v in wire.items()], content=content)
+
+
+async def _answer(
+    response: httpx2.Response, method: str, not_found: str, stream: bool, attempt: EndpointAttempt
+) -> httpx2.Response:
+    """The final answer of a request: its error raised, or the response, read unless ``stream``
+    (then its endpoint counts it outstanding until its body is read or closed)."""
+    if response.status_code >= 300:
+        raise await _lake_error(response, method, not_found)
+    if stream:
+        response.stream = TrackedStream(response.stream, attempt)
+    else:
+        await response.aread()
+        attempt.release()
+    return response
 
 
 async def _lake_error(response: httpx2.Response, method: str, not_found: str) -> S3Error:
