@@ -128,6 +128,12 @@ class LakegateApp:
                 raise HTTPException(501, "drawing needs matplotlib on the node (pip install matplotlib)") from None
             return FastAPIResponse(png, media_type="image/png")
 
+        @api.get("/_lakegate/admin/replicas")
+        async def replicas() -> dict[str, object]:
+            """Per candidate (the lake's endpoints, a block's peer owners): ``score`` under the
+            replica policy (lower is better), recent ``share`` of this worker's requests."""
+            return self.node.replicas_report()
+
         @api.get("/_lakegate/admin/locate")
         async def locate(bucket: str, key: str, index: int = 0, etag: str | None = None) -> dict[str, object]:
             """Which nodes own block ``index`` of ``bucket/key`` (any version), and whether this

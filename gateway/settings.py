@@ -36,6 +36,7 @@ from gateway.admin import AdminConfig
 from gateway.httplimits import HttpLimits
 from gateway.rates import parse_rate
 from gateway.s3.config import FrontendConfig
+from policies.selection import POLICIES as REPLICA_POLICIES
 
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 _SECRET_FIELDS = frozenset({"cluster_secret", "lake_secret_key", "admin_secret_key"})  # never echoed in an error
@@ -188,6 +189,16 @@ class Environment(BaseSettings):
     sizing_max_l1: float = Field(SizingSettings.max_l1, ge=0, le=1)
     sizing_step: float = Field(SizingSettings.step, gt=0, le=1)
     sizing_half_life: float = Field(SizingSettings.half_life, gt=0)
+    # replica choice (MicroMon, C3, Pisces RS): which lake endpoint, which of a block's owners
+    replica_policy: str = "micromon"
+
+    @field_validator("replica_policy")
+    @classmethod
+    def _replica_policy(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v not in REPLICA_POLICIES:
+            raise ValueError(f"must be one of {', '.join(REPLICA_POLICIES)}")
+        return v
 
     @field_validator("sizing")
     @classmethod
@@ -376,6 +387,7 @@ class Settings:
     admin: AdminConfig = AdminConfig()
     fairness: FairnessSettings = FairnessSettings()
     sizing: SizingSettings = SizingSettings()
+    replica_policy: str = "micromon"  # policies.selection: lake endpoints and a block's peer owners
 
     @classmethod
     def load(cls, **overrides: object) -> Settings:
@@ -390,7 +402,7 @@ class Settings:
     def from_environment(cls, env: Environment) -> Settings:
         _cross_checks(env)
         return cls(server=_server(env), lake=_lake(env), cache=_cache(env), cluster=_cluster(env), admin=_admin(env),
-                   fairness=_fairness(env), sizing=_sizing(env))
+                   fairness=_fairness(env), sizing=_sizing(env), replica_policy=env.replica_policy)
 
 
 def _problem(error: object) -> str:

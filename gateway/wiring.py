@@ -38,6 +38,7 @@ from cachetier.lake.s3.client import S3Lake
 from cachetier.read.generations import Generations
 from cachetier.read.path import ReadPath
 from cachetier.telemetry.counters import CacheStats
+from cachetier.telemetry.choice import LakeChooser, Replicas
 from cachetier.telemetry.host import HostSampler
 from cachetier.telemetry.reuse import SIZING_SOCKET, ReuseHub, SizingProbe
 from cachetier.telemetry.snapshots import CacheSnapshot
@@ -47,7 +48,7 @@ from gateway.admission import NodeFairness, limited
 from gateway.fairpeer import FairnessMember, loop_lock
 from gateway.loops.allocation import allocation_loop
 from gateway.loops.placement import placement_loop
-from gateway.loops.telemetry import NodeTelemetry, telemetry_loop
+from gateway.loops.telemetry import NodeTelemetry, peer_score, telemetry_loop
 from gateway.loops.sizing import TierControl, initial_split, read_report, report_path, start_sizing
 from gateway.loops.membership import heartbeat_loop, host_load
 from gateway.metrics import CacheCollector, ClusterCollector, FairnessCollector, SizingCollector, TelemetryCollector
@@ -94,6 +95,17 @@ class Node:
     fairness: NodeFairness | None = None  # tenant fairness (None: off, and no capacity set)
     fair_member: FairnessMember | None = None  # its side of the cluster's fairness loops
     telemetry: NodeTelemetry | None = None  # host micrometrics and anomaly reports (issue 15)
+    lake_replicas: Replicas | None = None  # which endpoint of the lake (issue 15)
+    peer_replicas: Replicas | None = None  # which of a block's peer owners
+
+    def replicas_report(self) -> dict[str, object]:
+        """``/_lakegate/admin/replicas``: the policy, and per candidate (lake endpoints, peers)
+        this worker's ``score`` and recent ``share`` of its requests, with the signals behind them."""
+        return {
+            "policy": self.settings.replica_policy,
+            "lake": self.lake_replicas.report() if self.lake_replicas is not None else {},
+            "peers": self.peer_replicas.report() if self.peer_replicas is not None else {},
+        }
     registry: CollectorRegistry = dataclasses.field(init=False)  # /metrics: the node's counts
 
     def __post_init__(self) -> None:
@@ -172,10 +184,11 @@ class Node:
 # ---- the parts, each opened with its close registered on ``stack`` ---------------------------
 
 
-async def open_lake(stack: contextlib.AsyncExitStack, settings: LakeSettings) -> Lake:
+async def open_lake(stack: contextlib.AsyncExitStack, settings: LakeSettings, replicas: Replicas | None = None) -> Lake:
+    """The lake; an S3 lake's endpoints chosen by ``replicas`` (default: round robin)."""
     lake: Lake
     if settings.s3 is not None:
-        lake = S3Lake(settings.s3)
+        lake = S3Lake(settings.s3, chooser=LakeChooser(replicas) if replicas is not None else None)
     else:
         assert settings.directory is not None
         lake = DirLake(settings.directory)
@@ -234,6 +247,7 @@ async def open_cache(
     weights: Mapping[str, float] | None = None,
     probe: SizingProbe | None = None,
     l1_capacity: int | None = None,
+    replicas: Replicas | None = None,
 ) -> CachedLake:
     """The block cache in front of ``lake``: L1 under ``directory/l1``; in a cluster, also this
     node's share of L2 under ``directory/l2``; shared with the node's other workers through
@@ -250,7 +264,7 @@ async def open_cache(
         l2 = open_store(stack, settings.directory / "l2", l2_capacity, settings, space("l2"), weights)
     generations = shared.generations if shared is not None else None
     reads = ReadPath(lake, l1, counters, settings.read, clock=time.monotonic, l2=l2, cluster=cluster,
-                     generations=generations, probe=probe)
+                     generations=generations, probe=probe, replicas=replicas)
     cache = CachedLake(lake, reads, settings.on_write, cluster=cluster)
     stack.push_async_callback(cache.aclose)  # its background fetches, before the stores close
     return cache
@@ -382,8 +396,9 @@ async def running_node(
 ) -> AsyncIterator[Node]:
     """The node, open for the block; everything it opened is closed on the way out."""
     async with contextlib.AsyncExitStack() as stack:
+        lake_replicas = Replicas(settings.replica_policy)
         if lake is None:
-            lake = await open_lake(stack, settings.lake)
+            lake = await open_lake(stack, settings.lake, lake_replicas)
         fairness = None
         if settings.fairness.fq or limited(settings.fairness):
             seeds = len(settings.cluster.seeds) if settings.cluster is not None else 0
@@ -394,9 +409,13 @@ async def running_node(
         counters = CacheStats()
         cache: CachedLake | None = None
         cluster: Cluster | None = None
+        peer_replicas: Replicas | None = None
         if settings.cache.enabled:
             if settings.cluster is not None:
                 cluster = await open_cluster(stack, settings.cluster)
+                membership = cluster.membership
+                peer_replicas = Replicas(settings.replica_policy,
+                                         anomaly=lambda node: peer_score(membership.anomalies(node)))
             l2_capacity = settings.cluster.l2_capacity if settings.cluster is not None else 0
             weights = tenants.weights() if settings.fairness.occupancy else None
             l1_capacity, split_l2 = initial_split(settings)
@@ -404,7 +423,7 @@ async def running_node(
                 l2_capacity = split_l2
             probe, hub = sizing_probe(stack, settings, shared)
             cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity, shared, weights,
-                                     probe, l1_capacity)
+                                     probe, l1_capacity, peer_replicas)
             if hub is not None:
                 open_sizing(stack, settings, hub, cache)
         load = _load(cache)
@@ -430,7 +449,8 @@ async def running_node(
         served = cache if cache is not None else lake
         s3 = S3Frontend(served, tenants, settings.server.frontend, fairness=fairness)
         node = Node(settings, tenants, served, cache, cluster, s3, peer_api, board=board, fairness=fairness,
-                    fair_member=member, telemetry=telemetry)
+                    fair_member=member, telemetry=telemetry,
+                    lake_replicas=lake_replicas if settings.lake.s3 is not None else None, peer_replicas=peer_replicas)
         if fairness is not None:
             start_task(stack, fairness_loop(node, fairness))
         if node.board is not None:

@@ -42,6 +42,7 @@ from cachetier.read.sequential import SequentialReaders
 from cachetier.read.sources import Sources
 from cachetier.read.tiers import Tiers
 from cachetier.telemetry.counters import CacheStats
+from cachetier.telemetry.choice import Replicas
 from cachetier.telemetry.reuse import SizingProbe
 from policies import admission, readahead
 
@@ -67,6 +68,7 @@ class ReadPath:
         cluster: Cluster | None = None,
         generations: Generations | None = None,
         probe: SizingProbe | None = None,
+        replicas: Replicas | None = None,
     ) -> None:
         self.lake = lake
         self.cluster = cluster
@@ -79,7 +81,7 @@ class ReadPath:
         self.fetches = Fetches()
         self.probe = probe  # samples the blocks clients read, for the tiers' miss-ratio curves
         self.sources = Sources(lake, self.tiers, self.fetches, self.meta, stats, cluster=cluster, spawn=self._spawn,
-                               probe=probe)
+                               probe=probe, replicas=replicas)
         self._lookups = MetadataFlights(self.meta)
         self._sequential = SequentialReaders(config.block_size, config.readahead)
         self._tasks: set[asyncio.Task[None]] = set()

@@ -30,6 +30,7 @@ from cachetier.read.fetch import BlockFetch, Fetches, ObjectChanged
 from cachetier.read.metadata import MetadataCache
 from cachetier.read.tiers import Tiers
 from cachetier.telemetry.counters import CacheStats
+from cachetier.telemetry.choice import Replicas
 from cachetier.telemetry.reuse import SizingProbe
 from policies import selection
 
@@ -46,6 +47,7 @@ class Sources:
     def __init__(
         self, lake: Lake, tiers: Tiers, fetches: Fetches, meta: MetadataCache, stats: CacheStats,
         *, cluster: Cluster | None, spawn: Spawn, probe: SizingProbe | None = None,
+        replicas: Replicas | None = None,
     ) -> None:
         self.lake = lake
         self.tiers = tiers
@@ -55,6 +57,7 @@ class Sources:
         self.block_size = tiers.block_size
         self.cluster = cluster
         self.probe = probe  # the sizing loop's sampler: reads of owned blocks, fill timings
+        self.replicas = replicas  # which of a block's peer owners to ask first (issue 15)
         self._spawn = spawn
         # versions whose blocks this node served to peers, which its metadata cache may not know
         self._served: OrderedDict[tuple[str, str], ObjectInfo] = OrderedDict()
@@ -119,25 +122,47 @@ class Sources:
             await self._from_lake(info, index, fetch, ctx, opened)
             return self._timed(keeper(owned_here=True), started, fetch.size)
         owners = {m.id: m for m in self.cluster.owners(info.bucket, info.key, index)}
-        for source in selection.sources(list(owners), self.cluster.me.id):
+        for source in self._chosen(selection.sources(list(owners), self.cluster.me.id)):
             if isinstance(source, selection.FromLake):
                 await self._from_lake(info, index, fetch, ctx, None)
                 return self._timed(keeper(source.owned_here), started, fetch.size)
             member = owners[source.node_id]
-            answers: list[wire.BlockAnswer] = []
+            answers: list[tuple[wire.BlockAnswer, float]] = []
+            begun = self.replicas.begin(member.id) if self.replicas is not None else 0.0
             try:
-                await self._from_peer(member, info, index, fetch, ctx, answers.append)
-                store = keeper(owned_here=False)
-                if answers and answers[0].cached is not False:  # (None: a peer that does not say)
-                    self._timed(store, started, fetch.size)
-                return store
+                await self._from_peer(member, info, index, fetch, ctx,
+                                      lambda answer: answers.append((answer, time.monotonic())))
             except PeerUnavailable as exc:
+                self._answered(member.id, False, begun, answers)
                 log.info("block %s of %s/%s: owner %s failed (%s)", index, info.bucket, info.key, member.id, exc)
                 self.cluster.suspect(member)
                 if fetch.size:  # some bytes came: the rest from the lake
                     await self._from_lake(info, index, fetch, ctx, None)
                     return keeper(selection.after_partial_failure().owned_here)
+                continue
+            except BaseException:  # the lake's answer through the peer (412), a cancel: no peer fault
+                self._answered(member.id, True, begun, answers)
+                raise
+            self._answered(member.id, True, begun, answers)
+            store = keeper(owned_here=False)
+            if answers and answers[0][0].cached is not False:  # (None: a peer that does not say)
+                self._timed(store, started, fetch.size)
+            return store
         raise AssertionError("unreachable: a plan ends with the lake")
+
+    def _chosen(self, plan: tuple[selection.Source, ...]) -> list[selection.Source]:
+        """The plan with its peers (those ahead of the lake) in the order ``replicas`` chooses."""
+        peers = [s.node_id for s in plan if isinstance(s, selection.FromPeer)]
+        if self.replicas is None or len(peers) < 2:
+            return list(plan)
+        return [*(selection.FromPeer(node) for node in self.replicas.order(peers)), plan[-1]]
+
+    def _answered(self, node: str, ok: bool, begun: float,
+                  answers: list[tuple[wire.BlockAnswer, float]]) -> None:
+        """Tell ``replicas`` how the peer did: its latency to the answer's head (or to the failure)."""
+        if self.replicas is not None:
+            latency = (answers[0][1] if answers else time.monotonic()) - begun
+            self.replicas.done(node, ok, latency)
 
     def _timed(self, store: BlockStore, started: float, size: int) -> BlockStore:
         """Tell the sizing loop what the miss of ``store``'s tier that this fill was cost."""

@@ -101,6 +101,11 @@ class NodeTelemetry:
         }
 
 
+def peer_score(reports: Sequence[wire.AnomalyReport]) -> float:
+    """A peer's anomaly score from its heartbeat's reports (``policies.anomaly.node_score``)."""
+    return anomaly.node_score([anomaly.Anomaly(r.metric, 0.0, 0.0, r.severity, 0.0) for r in reports])
+
+
 def _published(docs: Sequence[Mapping[str, object]]) -> list[wire.AnomalyReport]:
     reports = []
     for doc in docs:

@@ -227,3 +227,9 @@ def test_no_metric_label_takes_a_client_chosen_value(bridge: AsgiBridge) -> None
             assert values <= allowed[label], (label, values - allowed[label])
         else:  # prometheus_client's own (python_info, gc) and the cluster's ring_info: none here
             assert label in {"implementation", "major", "minor", "patchlevel", "version", "generation", "le"}, label
+
+
+def test_the_replicas_report_names_the_policy(bridge: AsgiBridge) -> None:
+    assert "admin credential" in denied(bridge, unsigned("/_lakegate/admin/replicas"))
+    status, body = answer(bridge, signed("/_lakegate/admin/replicas"))
+    assert status == 200 and json.loads(body) == {"policy": "micromon", "lake": {}, "peers": {}}  # a folder lake, alone
