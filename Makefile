@@ -23,6 +23,8 @@ TEST_CEPH_MON_PORT ?= 40790
 # memstore keeps objects in RAM up to this size (a full OSD blocks writes: keep headroom)
 TEST_CEPH_OSD_GB   ?= 8
 TEST_CEPH_MS_PORTS ?= 46900 46999
+# two RGW instances (7490, 7491) on the one Ceph: a lake of several endpoints (replica choice)
+TEST_CEPH_RGWS     ?= 2
 
 # what `make test` needs from Debian: the binaries, and the packages that bring them
 TEST_BINARIES    := ceph-mon ceph-osd radosgw radosgw-admin ceph monmaptool ceph-authtool curl openssl
@@ -41,6 +43,7 @@ run: $(VENV)/.installed
 test: test-deps typecheck
 	@CEPH_DIR=$(TEST_CEPH_DIR) CEPH_RGW_PORT=$(TEST_CEPH_RGW_PORT) \
 	  CEPH_MON_PORT=$(TEST_CEPH_MON_PORT) CEPH_OSD_SIZE_GB=$(TEST_CEPH_OSD_GB) CEPH_MS_PORT_MIN=$(word 1,$(TEST_CEPH_MS_PORTS)) \
+	  CEPH_RGW_INSTANCES=$(TEST_CEPH_RGWS) \
 	  CEPH_MS_PORT_MAX=$(word 2,$(TEST_CEPH_MS_PORTS)) \
 	  bash deploy/ceph/with-ceph.sh $(VENV)/bin/pytest $(PYTEST_ARGS)
 

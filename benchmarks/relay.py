@@ -9,6 +9,10 @@ first byte can be told apart from what any process in the path adds here.
 
     python -m benchmarks.relay --listen 127.0.0.1:7600 --to 127.0.0.1:7591
 
+With ``--delay-file PATH`` it holds every byte the target sends for the number of seconds the
+file says (re-read every 0.1 s; missing or empty: no delay), in order: a slow link to one lake
+endpoint or peer on a kernel without netem (``TcpRelay.set_delay``). Requests pass at once.
+
 With ``--listen-netns NAME`` it listens inside the network namespace NAME (benchmarks/netns.py)
 and connects to the target from its own (the root) namespace: a bridge that lets nodes in a
 shaped namespace reach a lake outside it (the session's RGW), the listening port shaped as the
@@ -33,13 +37,36 @@ from harness.ports import free_port, port_busy
 from harness.processes import on_exit, terminate
 
 
-class _Side(asyncio.Protocol):
-    """One end of a relayed connection; what it receives goes out of ``peer``."""
+class Delay:
+    """The delay a relay holds the target's bytes for, as its file says."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.seconds = 0.0
+
+    async def follow(self) -> None:
+        while self.path is not None:
+            try:
+                text = Path(self.path).read_text().strip()
+                self.seconds = max(0.0, float(text)) if text else 0.0
+            except (OSError, ValueError):
+                self.seconds = 0.0
+            await asyncio.sleep(0.1)
+
+
+_NO_DELAY = Delay(None)
+
+
+class _Side(asyncio.Protocol):
+    """One end of a relayed connection; what it receives goes out of ``peer``, after ``delay``
+    (the target's side), in order."""
+
+    def __init__(self, delay: Delay = _NO_DELAY) -> None:
         self.transport: asyncio.Transport | None = None
         self.peer: _Side | None = None
         self.pending: list[bytes] | None = []  # received before the peer was connected
+        self.delay = delay
+        self._release = 0.0  # when the last held bytes go out: later bytes never before them
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -48,11 +75,24 @@ class _Side(asyncio.Protocol):
         if self.pending is not None:
             self.pending.append(data)
         elif self.peer is not None and self.peer.transport is not None:
+            if self.delay.seconds <= 0 and self._release <= 0:
+                self.peer.transport.write(data)
+                return
+            loop = asyncio.get_running_loop()
+            self._release = max(loop.time() + self.delay.seconds, self._release)
+            loop.call_at(self._release, self._forward, data)
+
+    def _forward(self, data: bytes) -> None:
+        if self.peer is not None and self.peer.transport is not None and not self.peer.transport.is_closing():
             self.peer.transport.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.close()
+            loop = asyncio.get_running_loop()
+            if self._release > loop.time():  # bytes still held: they go first
+                loop.call_at(self._release, self.peer.transport.close)
+            else:
+                self.peer.transport.close()
 
     def pair(self, peer: _Side) -> None:
         self.peer = peer
@@ -90,15 +130,18 @@ def listen_in_namespace(netns: str, listen: tuple[str, int]) -> socket.socket:
     return sock
 
 
-async def serve(listen: tuple[str, int], target: tuple[str, int], netns: str | None = None) -> None:
+async def serve(listen: tuple[str, int], target: tuple[str, int], netns: str | None = None,
+                delay_file: str | None = None) -> None:
     loop = asyncio.get_running_loop()
+    delay = Delay(delay_file)
+    follower = loop.create_task(delay.follow())  # noqa: F841 - runs as long as the server
 
     def accepted() -> _Side:
         client = _Side()
 
         async def connect() -> None:
             try:
-                _, upstream = await loop.create_connection(_Side, *target)
+                _, upstream = await loop.create_connection(lambda: _Side(delay), *target)
             except OSError:
                 if client.transport is not None:
                     client.transport.close()
@@ -124,18 +167,26 @@ async def serve(listen: tuple[str, int], target: tuple[str, int], netns: str | N
 class TcpRelay:
     """``python -m benchmarks.relay`` as a subprocess, stopped at exit."""
 
-    def __init__(self, target_url: str, port: int = 0) -> None:
+    def __init__(self, target_url: str, port: int = 0, delay_file: Path | None = None) -> None:
         host, _, target_port = target_url.removeprefix("http://").rstrip("/").partition(":")
         self.target = (host, int(target_port or 80))
         self.port = port
+        self.delay_file = delay_file
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def set_delay(self, seconds: float) -> None:
+        """Hold the target's bytes this long from now on (the relay re-reads within 0.1 s)."""
+        assert self.delay_file is not None, "a relay started without a delay file"
+        tmp = self.delay_file.with_name(self.delay_file.name + ".tmp")
+        tmp.write_text(f"{seconds}\n")
+        tmp.replace(self.delay_file)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def _extra_args(self) -> list[str]:
-        return []
+        return ["--delay-file", str(self.delay_file)] if self.delay_file is not None else []
 
     def _listening(self) -> bool:
         return port_busy(self.port)
@@ -164,12 +215,12 @@ class NetnsBridge(TcpRelay):
     """The relay listening at ``port`` inside the namespace ``netns`` for ``target_url`` outside
     it: ``url`` is how processes inside reach the target."""
 
-    def __init__(self, netns: str, target_url: str, port: int) -> None:
-        super().__init__(target_url, port)
+    def __init__(self, netns: str, target_url: str, port: int, delay_file: Path | None = None) -> None:
+        super().__init__(target_url, port, delay_file)
         self.netns = netns
 
     def _extra_args(self) -> list[str]:
-        return ["--listen-netns", self.netns]
+        return [*super()._extra_args(), "--listen-netns", self.netns]
 
     def _listening(self) -> bool:
         done = subprocess.run(["ip", "netns", "exec", self.netns, "ss", "-Htln", f"sport = :{self.port}"],
@@ -187,10 +238,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--listen", type=_address, required=True, metavar="HOST:PORT")
     p.add_argument("--to", type=_address, required=True, metavar="HOST:PORT")
     p.add_argument("--listen-netns", metavar="NAME", help="listen inside this network namespace")
+    p.add_argument("--delay-file", metavar="PATH", help="hold the target's bytes the seconds this file says")
     args = p.parse_args(argv)
     import uvloop
 
-    uvloop.run(serve(args.listen, args.to, args.listen_netns))
+    uvloop.run(serve(args.listen, args.to, args.listen_netns, args.delay_file))
 
 
 if __name__ == "__main__":

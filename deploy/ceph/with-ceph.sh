@@ -15,6 +15,7 @@
 #   CEPH_DIR        data folder, wiped on start and stop (default /tmp/lakegate-test-ceph)
 #   CEPH_RGW_PORT   default 7490        CEPH_MON_PORT   default 40790
 #   CEPH_MS_PORT_MIN / CEPH_MS_PORT_MAX  default 46900 / 46999
+#   CEPH_RGW_INSTANCES  radosgw processes (default 1): S3_ENDPOINT_URLS names them all
 #   CEPH_LOG        default $CEPH_DIR.log
 set -uo pipefail
 
