@@ -27,6 +27,7 @@ endpoints), by one of ``POLICIES``:
   ``regain_s`` to it and past it. A candidate over its limit goes after those within theirs
   (unless all are over). Probing: a candidate not tried for ``probe_interval`` goes first, one
   at a time, so that a recovered candidate is seen and none starves.
+- ``c3``: ``micromon`` without the anomaly reports and the weights (C3 alone, the ablation).
 
 The caller sends to the first id ``choose`` returns (the rest are its fallbacks, in order) and
 reports each answer with ``record_response``; a candidate's send limit starts unlimited and
@@ -103,7 +104,7 @@ def after_partial_failure() -> FromLake:
     return FromLake(owned_here=False)
 
 
-POLICIES = ("micromon", "round_robin", "least_outstanding", "latency")
+POLICIES = ("micromon", "round_robin", "least_outstanding", "latency", "c3")
 
 # The least a backed-off candidate may be sent per rate window, so that its recovery is seen.
 _MIN_LIMIT = 1.0
@@ -196,6 +197,8 @@ def score(policy: str, c: Candidate, config: ChoiceConfig = ChoiceConfig()) -> f
     tried: unexplored first); ``least_outstanding``, requests in flight; ``round_robin``, 0."""
     if policy == "micromon":
         return _cost(c, config)
+    if policy == "c3":
+        return _cost(_c3_only(c), config)
     if policy == "latency":
         return c.latency_s if c.latency_s is not None else 0.0
     if policy == "least_outstanding":
@@ -221,6 +224,8 @@ def choose(policy: str, candidates: Sequence[Candidate], state: ChoiceState, now
         order = _two_choices(candidates, rand)
     elif policy == "latency":
         order = sorted(candidates, key=lambda c: (c.latency_s is not None, c.latency_s or 0.0))
+    elif policy == "c3":
+        order = _micromon([_c3_only(c) for c in candidates], state, now, config)
     else:
         order = _micromon(candidates, state, now, config)
     ids = tuple(c.id for c in order)
@@ -269,6 +274,11 @@ def _cost(c: Candidate, config: ChoiceConfig) -> float:
     queue = 1.0 + c.outstanding * config.concurrency_weight + max(c.queue or 0.0, 0.0)
     cost = (max(response - service, 0.0) + queue**3 * service) * (1.0 + config.anomaly_weight * c.anomaly)
     return cost if c.weight is None else cost / max(c.weight, _MIN_WEIGHT)
+
+
+def _c3_only(c: Candidate) -> Candidate:
+    """``c`` as C3 alone sees it: queue and service time, no anomaly reports, no weights."""
+    return replace(c, anomaly=0.0, weight=None)
 
 
 def _two_choices(candidates: Sequence[Candidate], rand: float) -> list[Candidate]:

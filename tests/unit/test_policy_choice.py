@@ -276,3 +276,13 @@ def test_micromon_leaves_a_candidate_that_became_10x_slower_within_a_second_and_
     assert share_of_a(chosen, 6.0, 10.0) <= 0.2  # >= 80% away within 1 s of the slowdown
     assert share_of_a(chosen, 13.0, 16.0) >= 0.3  # back after it recovers
     assert share_of_a(simulate("round_robin", 5.0, 10.0, 12.0), 6.0, 10.0) == pytest.approx(0.5, abs=0.01)
+
+
+def test_c3_is_micromon_without_the_anomaly_reports() -> None:
+    from policies.selection import Candidate, EMPTY_CHOICE, choose, score
+
+    busy = Candidate("busy", latency_s=0.002, anomaly=5.0, last_tried=9.9)
+    idle = Candidate("idle", latency_s=0.003, last_tried=9.9)
+    assert choose("micromon", [busy, idle], EMPTY_CHOICE, 10.0, 0.5)[0][0] == "idle"
+    assert choose("c3", [busy, idle], EMPTY_CHOICE, 10.0, 0.5)[0][0] == "busy"
+    assert score("c3", busy) == score("micromon", Candidate("busy", latency_s=0.002))
