@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import random
 import signal
 import sys
@@ -456,6 +457,7 @@ class Bench:
         finally:
             nodes.down()
         out["seconds"] = rounded(time.time() - started)
+        out["loadavg_1m_at_end"] = rounded(os.getloadavg()[0], 2)  # the machine is shared
         return out
 
     def overhead(self, phase: Phase, rate: float, l1_fraction: float, warmup_s: float) -> dict[str, Any]:
@@ -577,7 +579,7 @@ def plots(result: dict[str, Any], directory: Path) -> list[Path]:
     width = 0.8 / len(configs)
     for i, config in enumerate(configs):
         xs = [p + (i - (len(configs) - 1) / 2) * width for p in range(len(phases))]
-        colour = "#c33" if config == "adaptive" else None
+        colour = "#222" if config == "adaptive" else f"C{i}"
         left.bar(xs, [table[p][config]["lake_bytes"] / MiB for p in phases], width, label=config, color=colour)
         right.bar(xs, [table[p][config]["completion_s"] for p in phases], width, label=config, color=colour)
     for ax, label in ((left, "lake MiB (tc, measured part)"), (right, "completion time of the measured part, s")):
@@ -620,6 +622,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sample-rate", type=float, default=1.0, help="LAKEGATE_SIZING_SAMPLE_RATE")
     p.add_argument("--overhead-pairs", type=int, default=2, help="sampled/unsampled run pairs for the overhead")
     p.add_argument("--overhead-warmup", type=float, default=10.0, help="warm-up seconds of each overhead run")
+    p.add_argument("--configs", default=None,
+                   help="comma-separated: adaptive and/or fixed L1 fractions (default: adaptive and the sweep; "
+                        "quick: adaptive,0.5)")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--plot-dir", type=Path, default=None)
     p.add_argument("--output", type=Path, default=None)
@@ -627,10 +632,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rgw-port", type=int, default=7696)
     p.add_argument("--mon-port", type=int, default=41196)
     args = p.parse_args(argv)
-    args.configs = [None, *SWEEP]
+    args.configs_arg, args.configs = args.configs, [None, *SWEEP]
     if args.quick:
         args.total_mib, args.gets, args.warmup, args.configs = 32, [60, 30, 40], [8.0, 15.0, 15.0], [None, 0.5]
         args.overhead_pairs, args.overhead_warmup = 1, 5.0
+    if args.configs_arg is not None:
+        args.configs = [None if c.strip() == "adaptive" else float(c) for c in args.configs_arg.split(",")]
     root = Path(__file__).resolve().parents[1]
     if args.plot_dir is None:
         args.plot_dir = RESULTS_DIR if args.quick else root / "docs" / "benchmarks"
