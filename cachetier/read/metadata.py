@@ -1,7 +1,7 @@
 """Object metadata (HEAD results) cached with a TTL.
 
 A fresh entry answers HEAD and conditional requests without the lake; an expired one is
-revalidated by a HEAD. Writes and deletes through the gateway invalidate at once. Blocks are
+revalidated by a HEAD, and kept meanwhile (``known``: the key was read here). Writes and deletes through the gateway invalidate at once. Blocks are
 keyed by ETag, so a changed ETag makes every old block unreachable.
 
 With several worker processes on a node, each keeps its own entries, and a write through any
@@ -46,11 +46,21 @@ class MetadataCache:
         if hit is None:
             return None
         info, expires, stamp = hit
-        if self._clock() >= expires or (self.generations is not None and self.generations.stamp(bucket, key) != stamp):
+        if self.generations is not None and self.generations.stamp(bucket, key) != stamp:
             del self._entries[(bucket, key)]
             return None
+        if self._clock() >= expires:
+            return None  # kept for ``known``: the key was read here, its blocks may be cached
         self._entries.move_to_end((bucket, key))
         return info
+
+    def known(self, bucket: str, key: str) -> ObjectInfo | None:
+        """The key's last metadata here, fresh or expired (never once the key was written): a
+        key read before is no cold key, whatever the stores' markers say."""
+        hit = self._entries.get((bucket, key))
+        if hit is None or (self.generations is not None and self.generations.stamp(bucket, key) != hit[2]):
+            return None
+        return hit[0]
 
     def stamp(self, bucket: str, key: str) -> Stamp:
         """To take before a lookup leaves for the lake, and give to ``put`` with its answer."""

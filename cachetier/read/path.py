@@ -154,6 +154,11 @@ class ReadPath:
     def _cold_here(self, bucket: str, key: str, index: int) -> bool:
         """Whether a cold read of the key may take its metadata from block ``index``'s lake GET:
         no store here has held a block of it, and the block is not another node's to fetch."""
+        if self.meta.known(bucket, key) is not None:
+            # read here before (its metadata expired): its blocks may be cached even when their
+            # marker was evicted (markers are never hit, so LRU takes them first), and a
+            # first-block GET of a held block is cut short, its bytes on the lake link wasted
+            return False
         if self.tiers.holds(BlockId.marker(bucket, key)) or self.fetches.any_of(bucket, key):
             return False  # (a block on its way, e.g. for a peer: a first-block GET would repeat it)
         return self.tiers.owned_here(bucket, key, index)

@@ -423,6 +423,27 @@ def test_metadata_is_revalidated_after_the_ttl(lake: CountingLake) -> None:
     run(main())
 
 
+def test_a_key_read_before_is_revalidated_by_a_head_even_when_its_marker_was_evicted(lake: CountingLake) -> None:
+    """Markers are never hit, so LRU evicts them before the blocks they mark: a key whose
+    metadata expired is no cold key for that (a first-block GET of a cached block would be cut
+    short, its bytes wasted on the lake link)."""
+    clock = Clock()
+    data = os.urandom(BS)
+
+    async def main() -> None:
+        await put(lake, "k", data)
+        reads = _reads(lake, ttl=5.0, clock=clock)
+        assert (await read(reads, "k"))[1] == data
+        await drain(reads)
+        reads.store.delete(BlockId.marker(B, "k"))  # evicted
+        gets = len(lake.gets)
+        clock.now += 6
+        assert (await read(reads, "k"))[1] == data
+        assert lake.heads == ["k"] and len(lake.gets) == gets  # a HEAD, and the block from L1
+
+    run(main())
+
+
 def test_a_zero_ttl_asks_the_lake_every_time(lake: CountingLake) -> None:
     async def main() -> None:
         await put(lake, "k", os.urandom(BS))
