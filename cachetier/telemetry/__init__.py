@@ -1,3 +1,4 @@
-"""Telemetry: the per-tenant counters of the data plane (``counters``); host micrometric sampling,
-latency tracking and reuse-distance sampling land here with the sizing and replica-choice issues.
-Plain numbers only: the gateway exports them. Imports nothing of lakegate but ``policies``."""
+"""Telemetry: the per-tenant counters of the data plane (``counters``), typed query answers
+(``snapshots``), host micrometric sampling (``host``), reuse sampling and miss costs for cache
+sizing (``reuse``), and the per-candidate signals of replica choice (``choice``). Plain numbers
+only: the gateway exports them. Imports nothing of lakegate but ``policies``."""
