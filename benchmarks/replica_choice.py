@@ -15,7 +15,9 @@ client node) are sampled every second for the share per candidate over time.
 2. peer_cpu: 3 nodes, LAKEGATE_REPLICAS=2, keys chosen (GET /_lakegate/admin/locate) so that
    both owners of their block are peers of the client node (node1), their L2 warm (each key
    read once through each owner), node1's L1 small so most reads go to a peer; in the fault
-   window node3 (an owner of every key) has ``--hogs`` busy loops pinned to its core.
+   window node3 (an owner of every key) has its threads and ``--hogs`` busy loops pinned to one
+   core, the loops at ``--hog-nice`` (default -10: a higher-priority job; at nice 0 this 2-core
+   machine showed node3 no slower than node2).
 3. peer_disk: the same, node3's cache folder under a dd loop of synced writes instead.
 
 Reported per scenario and policy, for both windows: throughput, p50/p99/p99.9 latency,
