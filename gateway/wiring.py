@@ -280,6 +280,8 @@ def sizing_probe(stack: contextlib.AsyncExitStack, settings: Settings, shared: S
         stack.callback(probe.close)
         return probe, None
     hub = ReuseHub(sizing.sample_rate, sizing.memory)
+    hub.start_draining()
+    stack.callback(hub.close)
     return SizingProbe(None, sizing.sample_rate, hub), hub
 
 

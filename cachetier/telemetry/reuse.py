@@ -23,7 +23,8 @@ L1 miss cost (a fetch from the owner's L2; the lake when no owner could serve it
 L2 miss cost (a lake fetch), in seconds and bytes.
 
 The hub is one per node: in the supervisor with several workers (``gateway.workers``), in the
-node's one process otherwise (where the probe hands it each sample directly, no socket). It keeps a ``policies.reuse.Shards`` estimator per stream and
+node's one process otherwise (where the probe queues each sample for the hub's thread: no socket, and the event loop
+never waits for the lock an epoch holds while it reads the curves). It keeps a ``policies.reuse.Shards`` estimator per stream and
 per tenant in each stream (at most ``MAX_TENANTS``, each with a quarter of the stream's memory
 bound), the miss costs as decayed sums, and the window of references since the last epoch
 (bytes referenced, sampled hits: the observed hit ratio). It is thread-safe; the sizing loop
@@ -32,6 +33,7 @@ takes a ``HubSnapshot`` each epoch and decays it (``decay``).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -50,6 +52,7 @@ _MAX_COUNTED = 1024  # (stream, tenant) pairs a probe counts apart
 SIZING_SOCKET = "sizing.sock"  # the hub's, in the cache directory (``cachetier.blocks.spaceipc.socket_path``)
 MAX_TENANTS = 16  # per stream: the tenants with a curve of their own (the first seen)
 _MAX_DATAGRAM = 512
+_QUEUE = 1 << 16  # samples queued in-process at most (past it the oldest go)
 _COST_PRIOR_BYTES = 1.0  # a cost is known once this many bytes of misses were timed
 
 
@@ -89,7 +92,7 @@ class SizingProbe:
 
     def _send(self, line: str) -> None:
         if self.hub is not None:
-            self.hub.handle(line.encode())
+            self.hub.enqueue(line.encode())  # never waits: the hub's thread takes it
             self.sent += 1
             return
         if self._sock is None or self.path is None:
@@ -171,9 +174,36 @@ class ReuseHub:
         self._costs = {name: _Cost() for name in STREAMS}
         self._windows = {name: _Window() for name in STREAMS}
         self.received = self.malformed = 0
+        # samples of probes in this process: appended without a lock (the event loop never waits
+        # for an epoch holding ``lock``), taken by ``drain`` (the drain thread, each snapshot)
+        self._queue: collections.deque[bytes] = collections.deque(maxlen=_QUEUE)
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self._drainer: threading.Thread | None = None
         self._closing = threading.Event()
+
+    # ---- samples from this process ----------------------------------------------------------
+
+    def enqueue(self, data: bytes) -> None:
+        self._queue.append(data)
+
+    def drain(self) -> None:
+        """Handle the samples this process's probes queued."""
+        while self._queue:
+            try:
+                data = self._queue.popleft()
+            except IndexError:
+                return
+            self.handle(data)
+
+    def start_draining(self, interval: float = 0.05) -> None:
+        """A thread that drains the queue every ``interval`` seconds until ``close``."""
+        def run() -> None:
+            while not self._closing.wait(interval):
+                self.drain()
+
+        self._drainer = threading.Thread(target=run, name="sizing-drain", daemon=True)
+        self._drainer.start()
 
     # ---- the socket -------------------------------------------------------------------------
 
@@ -261,6 +291,7 @@ class ReuseHub:
     def snapshot(self) -> HubSnapshot:
         """Each stream's estimators (the live ones: the caller reads them under ``lock`` or in
         this thread before the next reference), costs and window; the window starts again."""
+        self.drain()
         with self.lock:
             streams = {}
             for name in STREAMS:
@@ -287,6 +318,8 @@ class ReuseHub:
 
     def close(self) -> None:
         self._closing.set()
+        if self._drainer is not None:
+            self._drainer.join(2)
         if self._sock is not None:
             self._sock.close()
         if self._thread is not None:

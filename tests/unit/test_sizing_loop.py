@@ -198,3 +198,18 @@ def test_the_start_up_split(tmp_path: Path) -> None:
     assert initial_split(_settings(tmp_path, **cluster)) == (20 * MiB, 12 * MiB)
     assert initial_split(_settings(tmp_path, sizing_max_l1=0.5, **cluster)) == (16 * MiB, 16 * MiB)  # clamped
     assert initial_split(_settings(tmp_path, l2_capacity="40MiB", **cluster)) == (8 * MiB, 40 * MiB)  # a new total
+
+
+def test_a_probe_in_the_hubs_process_never_waits_for_an_epoch() -> None:
+    """An epoch reads the curves under the hub's lock (tens of ms before they were computed in
+    one pass); a probe on the event loop only queues its sample meanwhile."""
+    import threading
+
+    hub = ReuseHub(1.0, 1 << 20)
+    probe = SizingProbe(None, 1.0, hub)
+    with hub.lock:  # an epoch in progress
+        sent = threading.Thread(target=probe.reference, args=("l1", _hex("b"), BLOCK, "alice", True))
+        sent.start()
+        sent.join(5)
+        assert not sent.is_alive()  # it returned without the lock
+    assert hub.snapshot().streams["l1"].sampled_references == 1  # the snapshot took the queue
