@@ -27,7 +27,15 @@ endpoints), by one of ``POLICIES``:
   ``regain_s`` to it and past it. A candidate over its limit goes after those within theirs
   (unless all are over). Probing: a candidate not tried for ``probe_interval`` goes first, one
   at a time, so that a recovered candidate is seen and none starves.
-- ``c3``: ``micromon`` without the anomaly reports and the weights (C3 alone, the ablation).
+- ``c3``: C3 as published, the ablation: the cubic queue term, no anomaly reports, no weights.
+
+``micromon`` takes the queue term linear (``queue_exponent`` 1: queue size times service time),
+not C3's cube. The cube assumes a server that queues what it is sent; an RGW or a lakegate peer
+serves a node's requests in parallel, and with a node's many clients in flight the cube made an
+idle candidate 4-5x slower look cheaper than a busy fast one: the replica benchmark's c3 and the
+first micromon sent 93% of the reads to a delayed lake endpoint within seconds. A linear term is
+what latency-aware balancers use for such servers (peak EWMA in Finagle and tower: latency times
+requests in flight).
 
 The caller sends to the first id ``choose`` returns (the rest are its fallbacks, in order) and
 reports each answer with ``record_response``; a candidate's send limit starts unlimited and
@@ -148,6 +156,7 @@ class ChoiceConfig:
 
     probe_interval: float = 1.0
     concurrency_weight: int = 1
+    queue_exponent: float = 1.0  # micromon's q^e: 1, queue x service time (c3: C3's 3)
     rate_window: float = 0.2
     anomaly_weight: float = 1.0
     backoff: float = 0.2
@@ -198,7 +207,7 @@ def score(policy: str, c: Candidate, config: ChoiceConfig = ChoiceConfig()) -> f
     if policy == "micromon":
         return _cost(c, config)
     if policy == "c3":
-        return _cost(_c3_only(c), config)
+        return _cost(_c3_only(c), _C3(config))
     if policy == "latency":
         return c.latency_s if c.latency_s is not None else 0.0
     if policy == "least_outstanding":
@@ -225,7 +234,7 @@ def choose(policy: str, candidates: Sequence[Candidate], state: ChoiceState, now
     elif policy == "latency":
         order = sorted(candidates, key=lambda c: (c.latency_s is not None, c.latency_s or 0.0))
     elif policy == "c3":
-        order = _micromon([_c3_only(c) for c in candidates], state, now, config)
+        order = _micromon([_c3_only(c) for c in candidates], state, now, _C3(config))
     else:
         order = _micromon(candidates, state, now, config)
     ids = tuple(c.id for c in order)
@@ -243,7 +252,12 @@ def record_response(state: ChoiceState, candidate: str, now: float, latency_s: f
     if not math.isfinite(latency_s) or latency_s < 0:
         return state  # a broken measurement says nothing of the candidate
     rate = _received(state.rates.get(candidate, _NEW_RATE), now, config)
-    risen = rate.latency is not None and latency_s > config.latency_rise * rate.latency
+    # risen against its own baseline, and against the best of the others': a candidate whose
+    # latency rose only because the load moved onto it, and is still the quickest, is no slow one
+    # (backing it off sent the load back to the slow candidate it had left)
+    others = [r.latency for name, r in state.rates.items() if name != candidate and r.latency is not None]
+    risen = (rate.latency is not None and latency_s > config.latency_rise * rate.latency
+             and (not others or latency_s > config.latency_rise * min(others)))
     if risen:
         if not rate.risen:  # a new slowness: regain what it was served before it
             served = max(rate.receive_rate or 0.0, float(rate.received))
@@ -264,15 +278,22 @@ def send_limit(rate: RateState, now: float, config: ChoiceConfig = ChoiceConfig(
     return max(_MIN_LIMIT, rate.regain_to * (1.0 + (1.0 - config.backoff) * elapsed**3))
 
 
+def _C3(config: ChoiceConfig) -> ChoiceConfig:
+    """C3 as published: the cubic queue term."""
+    return replace(config, queue_exponent=3.0)
+
+
 def _cost(c: Candidate, config: ChoiceConfig) -> float:
-    """C3's ``(R - S) + q^3 * S`` (R and S each standing for the other when unknown; 0 when
-    untried), times MicroMon's anomaly penalty, over Pisces' local weight when known."""
+    """C3's ``(R - S) + q^e * S`` (R and S each standing for the other when unknown; 0 when
+    untried; ``e`` is 3 for ``c3``, 1 for ``micromon``), times MicroMon's anomaly penalty, over
+    Pisces' local weight when known."""
     response = c.latency_s if c.latency_s is not None else c.service_s
     service = c.service_s if c.service_s is not None else c.latency_s
     if response is None or service is None:
         return 0.0
     queue = 1.0 + c.outstanding * config.concurrency_weight + max(c.queue or 0.0, 0.0)
-    cost = (max(response - service, 0.0) + queue**3 * service) * (1.0 + config.anomaly_weight * c.anomaly)
+    cost = (max(response - service, 0.0) + float(queue**config.queue_exponent) * service) * (
+        1.0 + config.anomaly_weight * c.anomaly)
     return cost if c.weight is None else cost / max(c.weight, _MIN_WEIGHT)
 
 

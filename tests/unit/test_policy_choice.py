@@ -70,13 +70,14 @@ def test_an_anomaly_that_clears_stops_counting_in_the_ranking() -> None:
     assert during[0][0] == "other" and after[0][0] == "was-busy"
 
 
-def test_the_micromon_cost_is_c3s_cubic_queue_times_service_plus_the_network_part() -> None:
+def test_the_micromon_cost_is_queue_times_service_plus_the_network_part_and_c3s_is_cubic() -> None:
     c = Candidate("a", outstanding=2, latency_s=0.030, service_s=0.010, queue=1.0)
-    assert score("micromon", c) == pytest.approx(0.020 + 4.0**3 * 0.010)
-    assert score("micromon", c, ChoiceConfig(concurrency_weight=2)) == pytest.approx(0.020 + 6.0**3 * 0.010)
+    assert score("micromon", c) == pytest.approx(0.020 + 4.0 * 0.010)
+    assert score("micromon", c, ChoiceConfig(concurrency_weight=2)) == pytest.approx(0.020 + 6.0 * 0.010)
+    assert score("c3", c) == pytest.approx(0.020 + 4.0**3 * 0.010)
     assert score("micromon", replace(c, anomaly=1.5)) == pytest.approx(2.5 * score("micromon", c))
     assert score("micromon", Candidate("untried")) == 0.0
-    # a queue builds: the cubic avoids it before the latency EWMA shows it
+    # a queue builds: the queue term avoids it before the latency EWMA shows it
     queued = Candidate("queued", outstanding=3, latency_s=0.010, last_tried=0.0)
     quicker = Candidate("quiet", outstanding=0, latency_s=0.030, last_tried=0.0)
     assert choose("micromon", [queued, quicker], EMPTY_CHOICE, 0.5, 0.0)[0][0] == "quiet"
