@@ -49,6 +49,7 @@ anomaly scores are the node's, from heartbeats. Nothing here needs the workers t
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -252,12 +253,12 @@ def record_response(state: ChoiceState, candidate: str, now: float, latency_s: f
     if not math.isfinite(latency_s) or latency_s < 0:
         return state  # a broken measurement says nothing of the candidate
     rate = _received(state.rates.get(candidate, _NEW_RATE), now, config)
-    # risen against its own baseline, and against the best of the others': a candidate whose
-    # latency rose only because the load moved onto it, and is still the quickest, is no slow one
+    # risen against its own baseline, and against the others' (their median): a candidate whose
+    # latency rose only because the load moved onto it, as the others' did, is no slow one
     # (backing it off sent the load back to the slow candidate it had left)
     others = [r.latency for name, r in state.rates.items() if name != candidate and r.latency is not None]
     risen = (rate.latency is not None and latency_s > config.latency_rise * rate.latency
-             and (not others or latency_s > config.latency_rise * min(others)))
+             and (not others or latency_s > config.latency_rise * statistics.median(others)))
     if risen:
         if not rate.risen:  # a new slowness: regain what it was served before it
             served = max(rate.receive_rate or 0.0, float(rate.received))
