@@ -301,6 +301,22 @@ class ShapedNetwork:
         self.stop()
 
 
+def enter_benchmark_namespace(name: str, *, lake_mbit: float, cluster_mbit: float | None = None
+                              ) -> ShapedNetwork | None:
+    """A benchmark's usual start: Ctrl-C and signals tear down (even when started in the
+    background), a shaped namespace made and this process moved into it. None, after one line on
+    stderr, when it cannot be made here."""
+    exit_on_signals()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    why_not = available()
+    if why_not:
+        print(f"{name}: no shaped network ({why_not})", file=sys.stderr)
+        return None
+    net = ShapedNetwork(lake_mbit=lake_mbit, cluster_mbit=cluster_mbit).start()
+    net.enter()
+    return net
+
+
 def namespaces() -> list[str]:
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
     return [line.split()[0] for line in listing.splitlines() if line.strip()]

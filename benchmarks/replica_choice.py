@@ -55,7 +55,7 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.endpoints import BENCH_TENANT, S3Endpoint, admin_get_json
-from harness.processes import exit_on_signals, log
+from harness.processes import log
 from harness.clients import run_async
 from harness.results import RESULTS_DIR, emit_result, git_revision, machine_info, percentile, rounded
 from harness.units import KiB, MiB
@@ -603,20 +603,16 @@ async def _upload(lake: S3Endpoint, keys: Sequence[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.netns import ShapedNetwork, available
+    from benchmarks.netns import enter_benchmark_namespace
     from benchmarks.relay import TcpRelay
     from harness.ceph import CephCluster
 
     args = _arguments(argv)
-    exit_on_signals()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
-    why_not = available()
-    if why_not:
-        print(f"replica_choice: no network namespace ({why_not})", file=sys.stderr)
+    # unshaped in effect: the delay is the relay's
+    net = enter_benchmark_namespace("replica_choice", lake_mbit=10_000, cluster_mbit=10_000)
+    if net is None:
         return 2
-    net = ShapedNetwork(lake_mbit=10_000, cluster_mbit=10_000).start()  # unshaped in effect: delay is the relay's
-    net.enter()
     ceph = CephCluster(ceph_dir=args.ceph_dir, rgw_port=args.rgw_port, mon_port=args.mon_port, rgw_instances=3,
                        ms_port_min=47700, ms_port_max=47799)
     keys = [f"obj-{i:05d}" for i in range(args.objects)]

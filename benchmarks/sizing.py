@@ -34,7 +34,6 @@ import asyncio
 import math
 import os
 import random
-import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -45,12 +44,12 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.netns import CLIENT_HOST, PEER_HOST, ShapedNetwork, available
+from benchmarks.netns import CLIENT_HOST, PEER_HOST, ShapedNetwork, enter_benchmark_namespace
 from harness.ceph import CephCluster
 from harness.clients import RawS3Client, gather_limited, make_client, run_async
 from harness.cluster import LocalCluster
 from harness.endpoints import S3Endpoint, Tenant
-from harness.processes import exit_on_signals, log
+from harness.processes import log
 from harness.results import RESULTS_DIR, emit_result, git_revision, machine_info, rounded
 from harness.units import MiB
 
@@ -655,15 +654,10 @@ def make_phases(args: argparse.Namespace) -> list[Phase]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    exit_on_signals()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
-    why_not = available()
-    if why_not:
-        print(f"sizing: no shaped network ({why_not})", file=sys.stderr)
+    net = enter_benchmark_namespace("sizing", lake_mbit=args.fast_mbit, cluster_mbit=args.fast_mbit)
+    if net is None:
         return 2
-    net = ShapedNetwork(lake_mbit=args.fast_mbit, cluster_mbit=args.fast_mbit).start()
-    net.enter()
     total = args.total_mib * MiB
     plan = Plan.make(total, args.local_fraction, args.congested_fraction, args.shared_fraction)
     phases = make_phases(args)
