@@ -76,9 +76,12 @@ class Replicas:
 
     def order(self, names: Sequence[str]) -> list[str]:
         """``names`` in the order to try them; the first is counted as chosen."""
-        if len(names) < 2:
-            return list(names)
         now = self.clock()
+        if len(names) < 2:  # no choice: counted as chosen all the same (its share is 1)
+            if names:
+                with self._lock:
+                    self._recent.append((now, names[0]))
+            return list(names)
         with self._lock:
             candidates = [self._candidate(name) for name in names]
             ordered, self.state = selection.choose(self.policy, candidates, self.state, now, self._random.random(),

@@ -82,6 +82,9 @@ def test_round_robin_and_outstanding_counts() -> None:
     replicas.done("a", False, 0.1)
     assert replicas.report()["a"]["outstanding"] == 1 and replicas.report()["a"]["errors"] == 1
     assert replicas.order(["only"]) == ["only"]
+    replicas.begin("only")
+    replicas.done("only", True, 0.01)
+    assert replicas.report()["only"]["share"] > 0  # a lake of one endpoint: all its requests
     with pytest.raises(ValueError):
         Replicas("fastest")
 
