@@ -398,8 +398,10 @@ async def running_node(
 ) -> AsyncIterator[Node]:
     """The node, open for the block; everything it opened is closed on the way out."""
     async with contextlib.AsyncExitStack() as stack:
-        lake_replicas = Replicas(settings.replica_policy)
+        lake_replicas = None  # the endpoints' choice, when this node opens an S3 lake itself
         if lake is None:
+            if settings.lake.s3 is not None:
+                lake_replicas = Replicas(settings.replica_policy)
             lake = await open_lake(stack, settings.lake, lake_replicas)
         fairness = None
         if settings.fairness.fq or limited(settings.fairness):
@@ -452,7 +454,7 @@ async def running_node(
         s3 = S3Frontend(served, tenants, settings.server.frontend, fairness=fairness)
         node = Node(settings, tenants, served, cache, cluster, s3, peer_api, board=board, fairness=fairness,
                     fair_member=member, telemetry=telemetry,
-                    lake_replicas=lake_replicas if settings.lake.s3 is not None else None, peer_replicas=peer_replicas)
+                    lake_replicas=lake_replicas, peer_replicas=peer_replicas)
         if fairness is not None:
             start_task(stack, fairness_loop(node, fairness))
         if node.board is not None:
