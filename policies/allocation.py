@@ -86,8 +86,9 @@ def split(total: float, demand: Mapping[str, float], *, floor: float = 0.05) -> 
         return {}
     base = floor * total / len(demand)
     wanted = {key: max(0.0, float(value) - base) for key, value in demand.items()}
-    above = service(total - base * len(demand), wanted, {key: 1.0 for key in demand})
-    unwanted = max(0.0, total - base * len(demand) - sum(above.values())) / len(demand)
+    rest = max(0.0, total - base * len(demand))  # floor = 1 leaves -1e-8 of rounding, not a debt
+    above = service(rest, wanted, {key: 1.0 for key in demand})
+    unwanted = max(0.0, rest - sum(above.values())) / len(demand)
     return {key: base + above[key] + unwanted for key in demand}
 
 
