@@ -53,13 +53,15 @@ Measured (ext4 on a virtio disk, 2 cores): a commit of a 64 KiB body takes 1.7-1
 with sync=True (three fsyncs and a sqlite commit), 0.35 ms with sync=False; ``latest`` on a miss
 9 us, on a hit 25 us; a listing of 100 keys 1.4 ms (decoding the rows dominates).
 
+The values (``Version``, ``Upload``, ``Recovered``), ``Staged`` and the row coding are in
+``cachetier.write.records``; import them from here.
+
 ``check`` (as diskcache's) lists inconsistencies; run it when no commit is in flight, as a body
 renamed but not yet named by its row counts as unnamed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os
@@ -69,175 +71,34 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from cachetier.lake.dirlake.files import _fsync_dir  # the one folder fsync (DirLake's)
+from cachetier.write.records import (
+    COLUMNS, INSERT_ROW, SCHEMA, JournalError, Recovered, Staged, Upload, Version, prefix_end, row_values,
+    version_of,
+)  # fmt: skip
+
+__all__ = ["Journal", "JournalError", "Recovered", "Staged", "Upload", "Version"]
 
 CHUNK = 1 << 20  # assemble copies parts in pieces of this size
 _BUSY_TIMEOUT = 5.0  # seconds a writer waits for another process's transaction
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS versions (
-    bucket TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL,
-    kind TEXT NOT NULL, etag TEXT NOT NULL, size INTEGER NOT NULL, last_modified REAL NOT NULL,
-    content_type TEXT, metadata TEXT NOT NULL, headers TEXT NOT NULL, part_sizes TEXT NOT NULL,
-    tenant TEXT NOT NULL, holders TEXT NOT NULL, position INTEGER NOT NULL,
-    verified INTEGER NOT NULL, file TEXT, flush_pid INTEGER,
-    PRIMARY KEY (bucket, key, seq)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS versions_local ON versions (seq, position, size, last_modified)
-    WHERE position >= 0;
-CREATE TABLE IF NOT EXISTS uploads (
-    upload_id TEXT PRIMARY KEY, bucket TEXT NOT NULL, key TEXT NOT NULL, attrs TEXT NOT NULL,
-    tenant TEXT NOT NULL, created REAL NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS uploads_by_key ON uploads (bucket, key, upload_id);
-CREATE TABLE IF NOT EXISTS parts (
-    upload_id TEXT NOT NULL, number INTEGER NOT NULL, file TEXT NOT NULL, etag TEXT NOT NULL,
-    size INTEGER NOT NULL, last_modified REAL NOT NULL, PRIMARY KEY (upload_id, number)
-) WITHOUT ROWID;
-"""
 
-_COLUMNS = (
-    "bucket, key, seq, kind, etag, size, last_modified, content_type, metadata, headers, part_sizes,"
-    " tenant, holders, position, verified"
-)
-_ROW = f"INSERT INTO versions ({_COLUMNS}, file) VALUES ({', '.join('?' * 16)})"
-
-
-class JournalError(OSError):
-    """The journal's index failed (a sqlite error, mapped at this boundary)."""
-
-
-@dataclass(frozen=True)
-class Version:
-    """One acknowledged write of a key, local (its body is in this journal) or a notice."""
-
-    bucket: str
-    key: str
-    seq: int  # orders the versions of one key (assigned by the writer)
-    kind: str  # "put" or "delete"
-    etag: str = ""  # quoted, as S3 gives it ("" for a delete)
-    size: int = 0
-    last_modified: float = 0.0  # epoch seconds (the acknowledgement time)
-    content_type: str | None = None
-    metadata: Mapping[str, str] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)
-    part_sizes: tuple[int, ...] = ()  # an object assembled from multipart parts: their sizes
-    tenant: str = "-"
-    holders: tuple[str, ...] = ()  # node ids that hold a durable copy, in replica order
-    position: int = -1  # this node's index in holders; -1: a notice (the body is elsewhere)
-    verified: bool = True  # False after a restart until the flusher checked it is still wanted
-
-    @property
-    def local(self) -> bool:
-        return self.position >= 0
-
-
-@dataclass(frozen=True)
-class Recovered:
-    bodies: int  # local versions kept
-    orphans: int  # body/tmp/part files removed (never committed)
-    notices: int  # notice rows dropped
-
-
-@dataclass(frozen=True)
-class Upload:
-    upload_id: str
-    bucket: str
-    key: str
-    attrs: dict[str, object]
-    tenant: str
-    created: float
-
-
-class Staged:
-    """A body being written to a tmp file of the journal. ``commit`` or ``commit_part`` takes
-    it; ``abort`` (or leaving a ``with`` block by an exception) removes it."""
-
-    def __init__(self, path: str, sync: bool) -> None:
-        self.path = path
-        self.size = 0
-        self._md5 = hashlib.md5()
-        self._sync = sync
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-
-    def write(self, data: bytes | memoryview) -> None:
-        if self._fd is None:
-            raise ValueError("write to a staged body already committed or aborted")
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
-        self._md5.update(data)
-        self.size += len(data)
-
-    def md5_hex(self) -> str:
-        return self._md5.hexdigest()
-
-    def abort(self) -> None:
-        self._close()
-        if self.path:
-            with suppress(FileNotFoundError):
-                os.unlink(self.path)
-            self.path = ""
-
-    def _finish(self) -> str:
-        """Steps 1-2: fsync and close; the path the caller renames next."""
-        if self._fd is None or not self.path:
-            raise ValueError("a staged body already committed or aborted")
-        if self._sync:
-            os.fsync(self._fd)
-        self._close()
-        return self.path
-
-    def _close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self) -> Staged:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        if kind is not None:
-            self.abort()
+def listing_sql(strict: bool, bounded: bool) -> str:
+    """The listing query: bucket, the lower bound (``key > ?`` when ``strict``, else ``>=``),
+    the upper bound when ``bounded`` (``key < ?``), limit. Both bounds are range constraints of
+    the primary key (an ``OR`` or a second lower bound would be a filter of a longer scan)."""
+    upper = " AND key < ?" if bounded else ""
+    return (
+        f"SELECT {COLUMNS.replace(' seq,', ' MAX(seq) AS seq,')} FROM versions"
+        f" WHERE bucket = ? AND key {'>' if strict else '>='} ?{upper} GROUP BY key ORDER BY key LIMIT ?"
+    )
 
 
 def _unlink(path: str) -> None:
     with suppress(FileNotFoundError):
         os.unlink(path)
-
-
-def _prefix_end(prefix: str) -> str | None:
-    """The least string above every string starting with ``prefix`` (UTF-8 byte order is code
-    point order), or None when there is none."""
-    while prefix:
-        last = ord(prefix[-1]) + 1
-        last = 0xE000 if 0xD800 <= last < 0xE000 else last
-        if last <= 0x10FFFF:
-            return prefix[:-1] + chr(last)
-        prefix = prefix[:-1]
-    return None
-
-
-def _version(row: sqlite3.Row) -> Version:
-    return Version(
-        bucket=row["bucket"], key=row["key"], seq=row["seq"], kind=row["kind"], etag=row["etag"],
-        size=row["size"], last_modified=row["last_modified"], content_type=row["content_type"],
-        metadata=json.loads(row["metadata"]), headers=json.loads(row["headers"]),
-        part_sizes=tuple(json.loads(row["part_sizes"])), tenant=row["tenant"],
-        holders=tuple(json.loads(row["holders"])), position=row["position"], verified=bool(row["verified"]),
-    )  # fmt: skip
-
-
-def _values(v: Version, file: str | None) -> tuple[object, ...]:
-    return (
-        v.bucket, v.key, v.seq, v.kind, v.etag, v.size, v.last_modified, v.content_type,
-        json.dumps(dict(v.metadata)), json.dumps(dict(v.headers)), json.dumps(list(v.part_sizes)),
-        v.tenant, json.dumps(list(v.holders)), v.position, int(v.verified), file,
-    )  # fmt: skip
 
 
 def _alive(pid: int) -> bool:
@@ -274,7 +135,7 @@ class Journal:
             db.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT * 1000)}")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute(f"PRAGMA synchronous = {'FULL' if self._sync else 'NORMAL'}")
-            db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
+            db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
         except sqlite3.Error as exc:
             raise JournalError(f"journal index {path}: {exc}") from exc
         return db
@@ -311,7 +172,7 @@ class Journal:
     def _publish(self, staged: Staged, folder: str, fan_out: bool) -> str:
         """Steps 2-3: fsync, rename to a fresh name under ``folder``, fsync the folder; the
         name relative to ``folder``."""
-        source = staged._finish()
+        source = staged.seal()
         name = uuid.uuid4().hex
         relative = os.path.join(name[:2], name) if fan_out else name
         target_folder = os.path.join(folder, name[:2]) if fan_out else folder
@@ -334,6 +195,8 @@ class Journal:
         power loss. A put needs its body (an empty Staged for 0 bytes), a delete none."""
         if not version.local:
             raise ValueError("commit takes a local version (position >= 0); a notice goes to note()")
+        if version.kind not in ("put", "delete"):
+            raise ValueError(f"a version is a put or a delete, not {version.kind!r}")
         if (staged is None) != (version.kind == "delete"):
             raise ValueError("a put is committed with its body, a delete without one")
         if staged is not None and staged.size != version.size:
@@ -347,7 +210,7 @@ class Journal:
                 ).fetchone()
                 db.execute("DELETE FROM versions WHERE bucket = ? AND key = ? AND seq = ?",
                            (version.bucket, version.key, version.seq))  # fmt: skip
-                db.execute(_ROW, _values(version, file))
+                db.execute(INSERT_ROW, row_values(version, file))
         except BaseException:
             if file is not None:
                 _unlink(os.path.join(self.bodies, file))
@@ -364,17 +227,17 @@ class Journal:
                 "DELETE FROM versions WHERE bucket = ? AND key = ? AND seq = ? AND position < 0",
                 (version.bucket, version.key, version.seq),
             )
-            db.execute(_ROW.replace("INSERT", "INSERT OR IGNORE"), _values(version, None))
+            db.execute(INSERT_ROW.replace("INSERT", "INSERT OR IGNORE"), row_values(version, None))
 
     def latest(self, bucket: str, key: str) -> Version | None:
         rows = self._query(
-            f"SELECT {_COLUMNS} FROM versions WHERE bucket = ? AND key = ? ORDER BY seq DESC LIMIT 1", bucket, key
+            f"SELECT {COLUMNS} FROM versions WHERE bucket = ? AND key = ? ORDER BY seq DESC LIMIT 1", bucket, key
         )
-        return _version(rows[0]) if rows else None
+        return version_of(rows[0]) if rows else None
 
     def versions(self, bucket: str, key: str) -> list[Version]:
-        rows = self._query(f"SELECT {_COLUMNS} FROM versions WHERE bucket = ? AND key = ? ORDER BY seq", bucket, key)
-        return [_version(row) for row in rows]
+        rows = self._query(f"SELECT {COLUMNS} FROM versions WHERE bucket = ? AND key = ? ORDER BY seq", bucket, key)
+        return [version_of(row) for row in rows]
 
     def last_seq(self, bucket: str, key: str) -> int:
         rows = self._query("SELECT MAX(seq) FROM versions WHERE bucket = ? AND key = ?", bucket, key)
@@ -397,33 +260,29 @@ class Journal:
     def listing(self, bucket: str, prefix: str, after: str, limit: int) -> list[Version]:
         """The latest version of each key above ``after`` starting with ``prefix``, by key:
         one range scan of the primary key (SQLite takes the bare columns from the MAX row)."""
-        end = _prefix_end(prefix)
-        rows = self._query(
-            f"SELECT {_COLUMNS.replace(' seq,', ' MAX(seq) AS seq,')} FROM versions"
-            " WHERE bucket = ? AND key > ? AND key >= ? AND (? IS NULL OR key < ?)"
-            " GROUP BY key ORDER BY key LIMIT ?",
-            bucket, after, prefix, end, end, limit,
-        )  # fmt: skip
-        return [_version(row) for row in rows]
+        end, strict = prefix_end(prefix), after >= prefix
+        bounds = [after if strict else prefix] + ([end] if end is not None else [])
+        rows = self._query(listing_sql(strict, end is not None), bucket, *bounds, limit)
+        return [version_of(row) for row in rows]
 
     def remove(self, bucket: str, key: str, upto_seq: int) -> list[Version]:
         """Rows first (the commit point), then their bodies."""
         where = "WHERE bucket = ? AND key = ? AND seq <= ?"
         with self._index(write=True) as db:
-            rows = db.execute(f"SELECT {_COLUMNS}, file FROM versions {where} ORDER BY seq",
+            rows = db.execute(f"SELECT {COLUMNS}, file FROM versions {where} ORDER BY seq",
                               (bucket, key, upto_seq)).fetchall()  # fmt: skip
             db.execute(f"DELETE FROM versions {where}", (bucket, key, upto_seq))
         for row in rows:
             if row["file"]:
                 _unlink(os.path.join(self.bodies, row["file"]))
-        return [_version(row) for row in rows]
+        return [version_of(row) for row in rows]
 
     def local_versions(self, limit: int | None = None) -> list[Version]:
         rows = self._query(
-            f"SELECT {_COLUMNS} FROM versions WHERE position >= 0 ORDER BY seq, bucket, key LIMIT ?",
+            f"SELECT {COLUMNS} FROM versions WHERE position >= 0 ORDER BY seq, bucket, key LIMIT ?",
             -1 if limit is None else limit,
         )
-        return [_version(row) for row in rows]
+        return [version_of(row) for row in rows]
 
     def _mark(self, version: Version, assignment: str, *args: object) -> None:
         with self._index(write=True) as db:
@@ -440,7 +299,8 @@ class Journal:
         self._mark(version, "flush_pid = NULL")
 
     def flushing(self, bucket: str, key: str) -> list[int]:
-        """Seqs of the key being flushed by a live process (a dead one's mark is no mark)."""
+        """Seqs of the key being flushed by a live process (a dead one's mark is no mark; a pid
+        reused since is taken for alive until ``recover`` clears every mark at the next start)."""
         rows = self._query(
             "SELECT seq, flush_pid FROM versions WHERE bucket = ? AND key = ? AND flush_pid IS NOT NULL ORDER BY seq",
             bucket, key,

@@ -1,8 +1,9 @@
-"""Crash test of the write-back journal (cachetier.write.journal): a child python commits
+"""Process tests of the write-back journal (cachetier.write.journal). Crash: a child python commits
 versions (puts of 0..300 KiB, deletes, multipart assemblies) and removes them, printing each
 step once it returned, and is SIGKILLed at random moments; after ``recover`` every commit that
 returned is there with its bytes, nothing unnamed or staged is left, and ``check`` is clean.
-Component tier for its child process; the journal's other tests are tests/unit/test_journal.py.
+Sharing: worker processes open one fresh journal at once and commit into it together.
+Component tier for its child processes; the journal's other tests are tests/unit/test_journal.py.
 """
 
 from __future__ import annotations
@@ -145,3 +146,37 @@ def test_a_journal_writer_killed_at_random_moments_loses_no_commit(tmp_path: Pat
             assert os.listdir(journal.tmp) == []
             verify(journal, expected)
     assert committed > TRIALS  # the kills landed after real work, not only at start-up
+
+
+_WORKER = """
+import sys
+from cachetier.write.journal import Journal, Version
+
+worker, count = sys.argv[2], int(sys.argv[3])
+with Journal(sys.argv[1]) as journal:
+    for seq in range(1, count + 1):
+        for key in (f"own-{worker}", "shared"):
+            staged = journal.stage()
+            staged.write(f"{worker} {seq}".encode())
+            seq_of = seq * 10 + int(worker) if key == "shared" else seq
+            journal.commit(Version("b", key, seq_of, "put", size=staged.size, position=0), staged)
+        journal.remove("b", f"own-{worker}", seq - 1)
+"""
+
+
+def test_worker_processes_share_one_journal(tmp_path: Path) -> None:
+    workers, count = 4, 25
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    children = [
+        subprocess.Popen([sys.executable, "-c", _WORKER, str(tmp_path), str(i), str(count)], env=env)
+        for i in range(workers)
+    ]
+    assert [child.wait(timeout=60) for child in children] == [0] * workers
+    with closing(Journal(tmp_path)) as journal:
+        assert journal.check() == []
+        shared = journal.versions("b", "shared")
+        assert [v.seq for v in shared] == sorted(s * 10 + w for s in range(1, count + 1) for w in range(workers))
+        for i in range(workers):
+            (last,) = journal.versions("b", f"own-{i}")
+            with os.fdopen(journal.open_body(last), "rb") as f:
+                assert (last.seq, f.read()) == (count, f"{i} {count}".encode())

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cachetier.write.journal import Journal, JournalError, Recovered, Staged, Upload, Version, _prefix_end
+from cachetier.write.journal import Journal, JournalError, Recovered, Staged, Upload, Version, listing_sql
+from cachetier.write.records import prefix_end
 
 DEAD_PID = 2**22 + 12345  # above Linux's pid_max limit: never a live process
 
@@ -103,6 +104,8 @@ def test_commit_refuses_mismatched_bodies_and_notices(journal: Journal) -> None:
         journal.commit(Version("b", "k", 1, "put", size=2, position=0), staged_with(journal, b"x"))
     with pytest.raises(ValueError):
         journal.commit(notice("k", 1), staged_with(journal, b"x" * 5))
+    with pytest.raises(ValueError):
+        journal.commit(Version("b", "k", 1, "copy", position=0))
     assert journal.latest("b", "k") is None
 
 
@@ -211,15 +214,17 @@ def test_listing_prefixes_at_the_edges_of_unicode(journal: Journal) -> None:
         put(journal, key, 1)
     assert [v.key for v in journal.listing("b", "a\U0010ffff", "", 10)] == keys[:2]
     assert [v.key for v in journal.listing("b", "a\ud7ff", "", 10)] == ["a\ud7ffb"]
-    assert _prefix_end("a\ud7ff") == "a\ue000" and _prefix_end("\U0010ffff") is None
+    assert prefix_end("a\ud7ff") == "a\ue000" and prefix_end("\U0010ffff") is None
 
 
 def test_listing_is_a_range_scan_of_an_index(journal: Journal) -> None:
-    plan = " ".join(row[3] for row in journal._query(
-        "EXPLAIN QUERY PLAN SELECT key, MAX(seq) FROM versions WHERE bucket = ? AND key > ? AND key >= ?"
-        " AND (? IS NULL OR key < ?) GROUP BY key ORDER BY key LIMIT ?", "b", "", "", None, None, 10))  # fmt: skip
-    assert "SEARCH versions USING PRIMARY KEY (bucket=? AND key>?)" in plan
-    assert "TEMP B-TREE" not in plan  # already in key order: no sort
+    def plan(strict: bool, bounded: bool) -> str:
+        args = ["b", "a/"] + ["a0"] * bounded + [10]
+        return " ".join(row[3] for row in journal._query(f"EXPLAIN QUERY PLAN {listing_sql(strict, bounded)}", *args))
+
+    assert plan(True, True) == "SEARCH versions USING PRIMARY KEY (bucket=? AND key>? AND key<?)"
+    assert plan(False, True) == "SEARCH versions USING PRIMARY KEY (bucket=? AND key>? AND key<?)"
+    assert plan(True, False) == "SEARCH versions USING PRIMARY KEY (bucket=? AND key>?)"  # no sort either
 
 
 # ---- remove --------------------------------------------------------------------------------------------
