@@ -8,6 +8,12 @@ version's known blocks are dropped, not to wait for eviction). With ``cache_on_w
 whose body fits ``cache_on_write_max`` is kept in memory while it streams to the lake and, once
 the lake has answered with its ETag, enters L1 as blocks, so a job reading its own output hits;
 the bodies kept at once are bounded node-wide (``cachetier.write.budget``).
+
+With a ``WriteBack`` (issue 14), a write whose request context asks for write-back is taken by
+it (journaled and replicated, the lake later: ``cachetier.write.writeback``), unless it falls
+back to write-through; every write-through write of a key first supersedes the key's pending
+write-back versions, so none of them reaches the lake after it. Reads see pending versions
+through the lake this cache reads (``cachetier.write.pending``).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from cachetier.read.path import ReadPath
 from policies import admission
 from cachetier.telemetry.snapshots import BlockLocation, CacheSnapshot, TierStats
 from cachetier.write.budget import MemoryBudget
+from cachetier.write.writeback import UPLOAD_PREFIX, WriteBack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,10 +66,12 @@ class CacheOnWrite:
 class CachedLake:
     def __init__(
         self, lake: Lake, reads: ReadPath, on_write: CacheOnWrite = CacheOnWrite(), *, cluster: Cluster | None = None,
+        writeback: WriteBack | None = None,
     ):
         self.lake = lake
         self.reads = reads
         self.cluster = cluster
+        self.writeback = writeback
         self.limits = admission.SizeLimits(reads.limits.max_read, on_write.max_bytes, on_write.enabled)
         self.budget = MemoryBudget(on_write.budget_bytes)
 
@@ -86,8 +95,16 @@ class CachedLake:
     async def put_object(
         self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes, content_md5: str | None = None
     ) -> WriteResult:
+        context = current.get()
+        if self.writeback is not None:
+            if context.write.back:
+                result = await self.writeback.put(bucket, key, body, length, attrs, content_md5, context.write,
+                                                  context.tenant)
+                if result is not None:
+                    return result
+            await self.writeback.supersede(bucket, key)
         self.reads.invalidate(bucket, key)
-        tenant = current.get().tenant
+        tenant = context.tenant
         keep = admission.admits_write(self.limits, length, no_cache=current.get().no_cache)
         if keep and not self.budget.reserve(length):
             keep = False  # the node holds enough bodies already: write through without keeping
@@ -127,18 +144,58 @@ class CachedLake:
     async def copy_object(
         self, source: CopySource, bucket: str, key: str, attrs: ObjectAttributes | None = None
     ) -> WriteResult:
+        context = current.get()
+        if self.writeback is not None:
+            if context.write.back:
+                result = await self._copy_back(source, bucket, key, attrs)
+                if result is not None:
+                    return result
+            await self.writeback.supersede(bucket, key)
         try:
             return await self.lake.copy_object(source, bucket, key, attrs)
         finally:
             await self._written(bucket, [key])
 
+    async def _copy_back(
+        self, source: CopySource, bucket: str, key: str, attrs: ObjectAttributes | None
+    ) -> WriteResult | None:
+        """A copy in write-back: the source's bytes (through the cache, pending or not) as a PUT."""
+        assert self.writeback is not None
+        context = current.get()
+        stream = await self.get_object(source.bucket, source.key, None, source.conditions)
+        try:
+            info = stream.info
+            if attrs is None:  # the COPY directive: the source's own metadata (not its checksums)
+                kept = {k: v for k, v in info.headers.items() if not k.startswith("x-amz-checksum-")}
+                attrs = ObjectAttributes(info.content_type, dict(info.metadata), kept)
+            return await self.writeback.put(bucket, key, stream.body, stream.length, attrs, None,  # type: ignore[arg-type]
+                                            context.write, context.tenant)
+        finally:
+            await stream.aclose()
+
     async def delete_object(self, bucket: str, key: str) -> None:
+        context = current.get()
+        if self.writeback is not None:
+            if context.write.back and await self.writeback.delete(bucket, key, context.write, context.tenant):
+                self.reads.invalidate(bucket, key)
+                return
+            await self.writeback.supersede(bucket, key)
         try:
             await self.lake.delete_object(bucket, key)
         finally:
             await self._written(bucket, [key])
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[DeleteOutcome]:
+        context = current.get()
+        if self.writeback is not None:
+            if context.write.back:
+                outcomes = []
+                for key in keys:
+                    await self.delete_object(bucket, key)
+                    outcomes.append(DeleteOutcome(key))
+                return outcomes
+            for key in keys:
+                await self.writeback.supersede(bucket, key)
         try:
             return await self.lake.delete_objects(bucket, keys)
         finally:
@@ -147,6 +204,10 @@ class CachedLake:
     async def complete_multipart_upload(
         self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
     ) -> WriteResult:
+        if self.writeback is not None:
+            if upload_id.startswith(UPLOAD_PREFIX):
+                return await self.writeback.complete_upload(bucket, key, upload_id, parts, current.get().write)
+            await self.writeback.supersede(bucket, key)
         try:
             return await self.lake.complete_multipart_upload(bucket, key, upload_id, parts)
         finally:
@@ -177,30 +238,60 @@ class CachedLake:
     async def list_objects(self, bucket: str, query: ListQuery) -> ListPage:
         return await self.lake.list_objects(bucket, query)
 
+    # multipart: an upload created in write-back (its id starts with UPLOAD_PREFIX) is this
+    # node's journal's; it must be driven through this node (another node answers NoSuchUpload)
+
+    def _journaled(self, upload_id: str) -> WriteBack | None:
+        return self.writeback if self.writeback is not None and upload_id.startswith(UPLOAD_PREFIX) else None
+
     async def create_multipart_upload(self, bucket: str, key: str, attrs: ObjectAttributes) -> str:
+        context = current.get()
+        if self.writeback is not None and context.write.back:
+            return await self.writeback.create_upload(bucket, key, attrs, context.tenant)
         return await self.lake.create_multipart_upload(bucket, key, attrs)
 
     async def upload_part(
         self, bucket: str, key: str, upload_id: str, part_number: int, body: Body, length: int,
         content_md5: str | None = None,
     ) -> WriteResult:
+        if (wb := self._journaled(upload_id)) is not None:
+            return await wb.upload_part(bucket, key, upload_id, part_number, body, length, content_md5)
         return await self.lake.upload_part(bucket, key, upload_id, part_number, body, length, content_md5)
 
     async def upload_part_copy(
         self, source: CopySource, bucket: str, key: str, upload_id: str, part_number: int
     ) -> WriteResult:
+        if (wb := self._journaled(upload_id)) is not None:
+            stream = await self.get_object(source.bucket, source.key, source.range, source.conditions)
+            try:
+                return await wb.upload_part(bucket, key, upload_id, part_number, stream.body,  # type: ignore[arg-type]
+                                            stream.length, None)
+            finally:
+                await stream.aclose()
         return await self.lake.upload_part_copy(source, bucket, key, upload_id, part_number)
 
     async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
+        if (wb := self._journaled(upload_id)) is not None:
+            return await wb.abort_upload(bucket, key, upload_id)
         await self.lake.abort_multipart_upload(bucket, key, upload_id)
 
     async def list_parts(
         self, bucket: str, key: str, upload_id: str, max_parts: int = 1000, part_number_marker: int = 0
     ) -> PartsPage:
+        if (wb := self._journaled(upload_id)) is not None:
+            return await wb.list_parts(bucket, key, upload_id, max_parts, part_number_marker)
         return await self.lake.list_parts(bucket, key, upload_id, max_parts, part_number_marker)
 
     async def list_multipart_uploads(self, bucket: str, query: UploadsQuery) -> UploadsPage:
-        return await self.lake.list_multipart_uploads(bucket, query)
+        page = await self.lake.list_multipart_uploads(bucket, query)
+        if self.writeback is None:
+            return page
+        mine = [u for u in await self.writeback.uploads(bucket) if u.key.startswith(query.prefix)
+                and (u.key, u.upload_id) > (query.key_marker, query.upload_id_marker)]
+        if not mine:
+            return page
+        uploads = sorted([*page.uploads, *mine], key=lambda u: (u.key, u.upload_id))
+        return dataclasses.replace(page, uploads=uploads)
 
     # ---- queries (the admin endpoints and /metrics) -----------------------------------------
 

@@ -128,6 +128,15 @@ class LakegateApp:
                 raise HTTPException(501, "drawing needs matplotlib on the node (pip install matplotlib)") from None
             return FastAPIResponse(png, media_type="image/png")
 
+        @api.get("/_lakegate/admin/replication")
+        async def replication() -> dict[str, object]:
+            """The write-back journal: ``dirty_bytes``, ``pending_objects``, ``lag_s`` per replica
+            position (0: writes this node received), the thresholds, the counts."""
+            report = await asyncio.to_thread(self.node.replication_report)
+            if report is None:
+                raise HTTPException(404, "the cache is off: no write-back journal")
+            return report
+
         @api.get("/_lakegate/admin/replicas")
         async def replicas() -> dict[str, object]:
             """Per candidate (the lake's endpoints, a block's peer owners): ``score`` under the

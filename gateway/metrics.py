@@ -11,6 +11,7 @@ from prometheus_client.registry import Collector
 from cachetier.cluster.node import CLUSTER_COUNTERS, Cluster
 from cachetier.telemetry.counters import COUNTERS
 from cachetier.telemetry.snapshots import CacheSnapshot
+from cachetier.write.writeback import COUNTERS as WRITEBACK_COUNTERS
 
 # What a tier's hits and misses count: each is one block read that asked the tier, so hits +
 # misses is every such read (a read the store failed on is a miss; see lakegate_cache_*_errors).
@@ -197,3 +198,40 @@ class TelemetryCollector(Collector):
             value = doc.get(field)
             if isinstance(value, int):
                 yield CounterMetricFamily(f"lakegate_telemetry_{field}", help_text, value=value)
+
+
+class WriteBackCollector(Collector):
+    """The write-back journal (issue 14): dirty bytes, pending objects, lag per replica position,
+    and the node's write-back counts (flushes, fallbacks, SlowDowns, copies); ``report`` is
+    ``Node.replication_report``."""
+
+    def __init__(self, report: Callable[[], Mapping[str, object] | None]) -> None:
+        self.report = report
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        report = self.report()
+        if not report:
+            return
+        for name, field, help_text in (
+            ("lakegate_writeback_dirty_bytes", "dirty_bytes", "bytes in this node's journal the lake does not have yet"),
+            ("lakegate_writeback_pending_objects", "pending_objects", "writes in this node's journal the lake does "
+             "not have yet"),
+        ):
+            value = report.get(field)
+            if isinstance(value, (int, float)):
+                yield GaugeMetricFamily(name, help_text, value=value)
+        yield GaugeMetricFamily("lakegate_writeback_lake_up", "1 while the flusher's last lake write succeeded",
+                                value=1.0 if report.get("lake_up") else 0.0)
+        lag = GaugeMetricFamily("lakegate_writeback_lag_seconds", "age of the oldest pending write this node holds, "
+                                "by its place among the write's copies (0: the receiving node)", labels=["position"])
+        for position, seconds in _mapping(report.get("lag_s")).items():
+            if isinstance(seconds, (int, float)):
+                lag.add_metric([str(position)], float(seconds))
+        yield lag
+        for name, value in _mapping(report.get("counters")).items():
+            if isinstance(value, int):
+                yield CounterMetricFamily(f"lakegate_writeback_{name}", WRITEBACK_COUNTERS.get(name, name), value=value)
+
+
+def _mapping(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}

@@ -7,7 +7,8 @@ whose handlers are ``cachetier.cluster.owner.Owner``'s and, on a node given a ``
 Every request must carry the cluster HMAC under a nonce not seen from its sender within the
 window; anything else (no signature, a wrong one, a replay, an old node's request without a
 nonce, a tenant's SigV4 ``Authorization``, a node without a cluster secret) is refused with 403
-before any other work. Answers are JSON, except a block, which is its bytes.
+before any other work. Answers are JSON, except a block and a journal body, which are bytes. The
+write-back journal's copy route streams its body in (its MD5 named in the signed query).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -26,6 +27,8 @@ from cachetier.cluster.follower import FairnessPeer, Follower
 from cachetier.cluster.node import Cluster
 from cachetier.cluster.owner import LocalReads, Owner, ServedBlock, WrongBlockSize
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
+from cachetier.write.messages import BodyRequest, HeldQuery, Notice
+from cachetier.write.peers import JournalOwner, NotHeld
 from gateway.s3.config import FrontendConfig
 
 log = logging.getLogger("lakegate.peer")
@@ -45,6 +48,7 @@ _STATUS: dict[type[BaseException], int] = {
     PreconditionFailed: 412,
     NoSuchKey: 412,
     S3Error: 503,
+    OSError: 503,  # the journal's disk (full, failing): the sender tries elsewhere
 }
 
 
@@ -79,7 +83,8 @@ class Route(Generic[M]):
     handle: Callable[[M, str], Awaitable[Answer]]
 
 
-def routes(owner: Owner, follower: Follower | None = None) -> dict[tuple[str, str], Route[Any]]:
+def routes(owner: Owner, follower: Follower | None = None, journal: JournalOwner | None = None
+           ) -> dict[tuple[str, str], Route[Any]]:
     table: dict[tuple[str, str], Route[Any]] = {
         ("GET", wire.BLOCK): Route(lambda r: wire.BlockRequest.from_query(r.query, r.headers), owner.block),
         ("POST", wire.HEARTBEAT): Route(lambda r: wire.Heartbeat.from_json(r.body), owner.heartbeat),
@@ -90,6 +95,11 @@ def routes(owner: Owner, follower: Follower | None = None) -> dict[tuple[str, st
             ("POST", wire.REPORTS): Route(lambda r: wire.ReportsRequest.from_json(r.body), follower.reports),
             ("POST", wire.WEIGHTS): Route(lambda r: wire.WeightsUpdate.from_json(r.body), follower.weights),
             ("POST", wire.PARTITIONS): Route(lambda r: wire.PartitionsUpdate.from_json(r.body), follower.partitions),
+        }
+    if journal is not None:  # write-back (issue 14); the copy and body routes stream (PeerAPI.__call__)
+        table |= {
+            ("POST", wire.JOURNAL_NOTICE): Route(lambda r: Notice.from_json(r.body), journal.notice),
+            ("POST", wire.JOURNAL_HELD): Route(lambda r: HeldQuery.from_json(r.body), journal.held),
         }
     return table
 
@@ -107,6 +117,7 @@ class PeerAPI:
         *, clock: Callable[[], float] = time.time, replays: wire.ReplayGuard | None = None,
         body_timeout: float = FrontendConfig.body_timeout, fairness: FairnessPeer | None = None,
         meter: Meter | None = None, anomalies: Callable[[], tuple[wire.AnomalyReport, ...]] = tuple,
+        journal: JournalOwner | None = None,
     ) -> None:
         self.secret = secret
         self.meter = meter
@@ -114,12 +125,16 @@ class PeerAPI:
         self.clock = clock
         self.replays = replays if replays is not None else wire.ReplayGuard()
         self.routes: dict[tuple[str, str], Route[Any]] = {}
+        self.journal = journal if secret and cluster is not None else None
         if secret and cluster is not None and reads is not None:
             follower = Follower(cluster, fairness) if fairness is not None else None
-            self.routes = routes(Owner(cluster, reads, load, anomalies), follower)
+            self.routes = routes(Owner(cluster, reads, load, anomalies), follower, self.journal)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method, path = scope["method"], scope["path"]
+        if self.journal is not None and (method, path) in _JOURNAL_STREAMS:
+            await self._journal_stream(scope, receive, send)
+            return
         try:
             incoming = await self._verified(scope, receive)
             route = self.routes.get((method, path))
@@ -151,6 +166,56 @@ class PeerAPI:
         return Incoming(sender, query, headers, body)
 
 
+    async def _journal_stream(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The write-back routes whose bodies stream: a copy in (its body checked against the
+        MD5 its signed query names, and bounded in how long the sender may pause), a body out."""
+        assert self.journal is not None
+        query = scope.get("query_string", b"").decode("latin-1")
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        copy = scope["method"] == "PUT"
+        try:
+            wire.verify(self.secret, scope["method"], scope["path"], query, headers, b"", self.clock(), self.replays,
+                        streamed=copy)
+            if copy:
+                answer = await self.journal.copy(query, _body_pieces(receive, self.body_timeout))
+                await _send(send, 200, answer.to_json())
+                return
+            length, pieces = await self.journal.body(BodyRequest.from_query(query))
+        except Exception as exc:
+            status = 404 if isinstance(exc, NotHeld) else _status_of(exc)
+            if status is None:
+                raise
+            await _refuse(scope, send, status, exc)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/octet-stream"), (b"content-length", str(length).encode())]})
+        try:
+            async for piece in pieces:
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+        finally:
+            await pieces.aclose()  # type: ignore[attr-defined]
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def _body_pieces(receive: Receive, timeout: float) -> AsyncIterator[bytes]:
+    """A streamed request body, as it arrives; _Refused if the sender pauses too long or goes."""
+    while True:
+        try:
+            async with asyncio.timeout(timeout):
+                message = await receive()
+        except TimeoutError:
+            raise _Refused(408, "no body byte within the body timeout") from None
+        if message["type"] == "http.disconnect":
+            raise _Refused(400, "client went away")
+        if message.get("body"):
+            yield message["body"]
+        if not message.get("more_body", False):
+            return
+
+
+_JOURNAL_STREAMS = {("PUT", wire.JOURNAL_COPY), ("GET", wire.JOURNAL_BODY)}
+
+
 def _status_of(exc: Exception) -> int | None:
     if isinstance(exc, _Refused):
         return exc.status
@@ -179,19 +244,11 @@ async def _read_body(receive: Receive, timeout: float) -> bytes:
     """The body, bounded in size and in how long the sender may pause (the HMAC is checked
     once it is whole, so an unauthenticated caller must not be able to hold it open)."""
     body = bytearray()
-    while True:
-        try:
-            async with asyncio.timeout(timeout):
-                message = await receive()
-        except TimeoutError:
-            raise _Refused(408, "no body byte within the body timeout") from None
-        if message["type"] == "http.disconnect":
-            raise _Refused(400, "client went away")
-        body += message.get("body", b"")
+    async for piece in _body_pieces(receive, timeout):
+        body += piece
         if len(body) > _MAX_BODY:
             raise _Refused(413, "peer request body too large")
-        if not message.get("more_body", False):
-            return bytes(body)
+    return bytes(body)
 
 
 async def _send(send: Send, status: int, body: bytes) -> None:

@@ -32,10 +32,12 @@ from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import parse_peers
 from cachetier.lake.s3.config import S3LakeConfig
 from cachetier.read.config import ReadConfig
+from cachetier.write.writeback import WriteBackConfig
 from gateway.admin import AdminConfig
 from gateway.httplimits import HttpLimits
 from gateway.rates import parse_rate
 from gateway.s3.config import FrontendConfig
+from policies.replication import Thresholds
 from policies.selection import POLICIES as REPLICA_POLICIES
 
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -101,6 +103,35 @@ class SizingSettings:
     @property
     def adaptive(self) -> bool:
         return self.mode == "adaptive"
+
+
+WRITE_MODES = ("write-through", "write-back")  # LAKEGATE_WRITE_MODE, tenants' write_mode, x-lakegate-write-mode
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteSettings:
+    """Writes (D3N write-back, Pfimbi replication; issue 14): the default mode, per-bucket modes
+    (glob, mode) tried in order, the replication a request gets when it does not say (N copies
+    on cache nodes, K of them durable before the answer), and the journal's dirty bounds T and
+    T + delta (bytes; policies/replication.py)."""
+
+    mode: str = "write-through"
+    bucket_modes: tuple[tuple[str, str], ...] = ()
+    replicas: int = 1
+    sync_replicas: int = 1
+    max_replicas: int = 3
+    dirty_soft: int = 1 << 30
+    dirty_delta: int = 512 << 20
+    flush_concurrency: int = 4
+    flush_retry: float = 1.0
+    copy_timeout: float = 30.0
+
+    def config(self) -> WriteBackConfig:
+        return WriteBackConfig(
+            replicas=self.replicas, sync_replicas=self.sync_replicas, max_replicas=self.max_replicas,
+            thresholds=Thresholds(self.dirty_soft, self.dirty_delta), copy_timeout=self.copy_timeout,
+            flush_concurrency=self.flush_concurrency, flush_retry=self.flush_retry,
+        )
 
 
 class SettingsError(ValueError):
@@ -191,6 +222,36 @@ class Environment(BaseSettings):
     sizing_half_life: float = Field(SizingSettings.half_life, gt=0)
     # replica choice (MicroMon, C3, Pisces RS): which lake endpoint, which of a block's owners
     replica_policy: str = "micromon"
+    # writes (D3N write-back + Pfimbi): the mode, replication defaults, the journal's dirty bounds
+    write_mode: str = WriteSettings.mode
+    write_mode_buckets: str = ""  # GLOB=MODE,...: a bucket's mode (before the tenant's and the default)
+    write_replicas: int = Field(0, ge=0, le=8)  # N; 0: 2 in a cluster, 1 alone
+    write_sync_replicas: int = Field(0, ge=0, le=8)  # K; 0: 2 in a cluster, 1 alone
+    write_max_replicas: int = Field(WriteSettings.max_replicas, ge=1, le=8)
+    write_dirty_soft: ByteSize | None = None  # T; empty: 10% of the cache (L1 + L2)
+    write_dirty_delta: ByteSize | None = None  # delta; empty: 5% of the cache
+    write_flush_concurrency: int = Field(WriteSettings.flush_concurrency, ge=1, le=256)
+    write_flush_retry: float = Field(WriteSettings.flush_retry, gt=0)
+    write_copy_timeout: float = Field(WriteSettings.copy_timeout, gt=0)
+
+    @field_validator("write_mode")
+    @classmethod
+    def _write_mode(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v not in WRITE_MODES:
+            raise ValueError(f"must be one of {', '.join(WRITE_MODES)}")
+        return v
+
+    @field_validator("write_mode_buckets")
+    @classmethod
+    def _write_mode_buckets(cls, v: str) -> str:
+        parse_bucket_modes(v)
+        return v
+
+    @field_validator("write_dirty_soft", "write_dirty_delta", mode="before")
+    @classmethod
+    def _unset_size(cls, v: object) -> object:
+        return None if v == "" else v
 
     @field_validator("replica_policy")
     @classmethod
@@ -297,6 +358,19 @@ class Environment(BaseSettings):
         return f"{'https' if self.tls_cert else 'http'}://{self.listen}"
 
 
+def parse_bucket_modes(spec: str) -> tuple[tuple[str, str], ...]:
+    """``GLOB=MODE,GLOB=MODE`` as (glob, mode) pairs; ValueError for anything else."""
+    pairs = []
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            continue
+        glob, sep, mode = item.partition("=")
+        if not sep or not glob.strip() or mode.strip().lower() not in WRITE_MODES:
+            raise ValueError(f"must be GLOB=MODE,... with MODE one of {', '.join(WRITE_MODES)}, got {item!r}")
+        pairs.append((glob.strip(), mode.strip().lower()))
+    return tuple(pairs)
+
+
 def _check_url(what: str, url: str) -> None:
     parts = urlsplit(url)
     try:
@@ -388,6 +462,7 @@ class Settings:
     fairness: FairnessSettings = FairnessSettings()
     sizing: SizingSettings = SizingSettings()
     replica_policy: str = "micromon"  # policies.selection: lake endpoints and a block's peer owners
+    write: WriteSettings = WriteSettings()
 
     @classmethod
     def load(cls, **overrides: object) -> Settings:
@@ -402,7 +477,8 @@ class Settings:
     def from_environment(cls, env: Environment) -> Settings:
         _cross_checks(env)
         return cls(server=_server(env), lake=_lake(env), cache=_cache(env), cluster=_cluster(env), admin=_admin(env),
-                   fairness=_fairness(env), sizing=_sizing(env), replica_policy=env.replica_policy)
+                   fairness=_fairness(env), sizing=_sizing(env), replica_policy=env.replica_policy,
+                   write=_write(env))
 
 
 def _problem(error: object) -> str:
@@ -567,6 +643,27 @@ def _sizing(env: Environment) -> SizingSettings:
         step=env.sizing_step,
         half_life=env.sizing_half_life,
         total=int(env.cache_capacity) + int(env.l2_capacity),
+    )
+
+
+def _write(env: Environment) -> WriteSettings:
+    clustered = 2 if env.peers else 1
+    replicas = env.write_replicas or clustered
+    sync = env.write_sync_replicas or min(clustered, replicas)
+    if sync > replicas:
+        raise _fail("write_sync_replicas", f"must not exceed write_replicas ({replicas})")
+    if replicas > env.write_max_replicas:
+        raise _fail("write_replicas", f"must not exceed write_max_replicas ({env.write_max_replicas})")
+    if not env.cache and (env.write_mode == "write-back" or "write-back" in env.write_mode_buckets.lower()):
+        raise _fail("write_mode", "write-back journals on the cache disk: it needs the cache (LAKEGATE_CACHE=true)")
+    total = int(env.cache_capacity) + (int(env.l2_capacity) if env.peers else 0)
+    thresholds = Thresholds.for_disk(total, None if env.write_dirty_soft is None else int(env.write_dirty_soft),
+                                     None if env.write_dirty_delta is None else int(env.write_dirty_delta))
+    return WriteSettings(
+        mode=env.write_mode, bucket_modes=parse_bucket_modes(env.write_mode_buckets), replicas=replicas,
+        sync_replicas=sync, max_replicas=env.write_max_replicas, dirty_soft=thresholds.soft,
+        dirty_delta=thresholds.delta, flush_concurrency=env.write_flush_concurrency,
+        flush_retry=env.write_flush_retry, copy_timeout=env.write_copy_timeout,
     )
 
 

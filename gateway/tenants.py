@@ -11,6 +11,7 @@ The tenants file is TOML, one table per tenant::
     demo = false                 # true: `lakegate serve` prints this tenant's secret at start
     max_request_rate = 500       # optional hard cap, requests/s over the whole cluster
     max_lake_bandwidth = "20MB/s"  # optional hard cap on what it pulls from the lake, cluster-wide
+    write_mode = "write-back"    # optional: its writes' mode when neither request nor bucket says
 
 Weights are shares, used only when resources are scarce (work conserving); the two caps are
 limits that hold even on an idle cluster, for operators who need them on top of shares.
@@ -43,6 +44,7 @@ class Tenant:
     anonymous: bool = False  # the front end's reader of public buckets, never from the file
     max_request_rate: float | None = None  # requests/s, cluster-wide (None: no cap)
     max_lake_bandwidth: float | None = None  # bytes/s from the lake, cluster-wide (None: no cap)
+    write_mode: str | None = None  # "write-back" or "write-through" (None: the bucket's or the node's)
 
     def limits(self) -> dict[str, float]:
         """Its hard caps by fairness resource (policies.fairness), cluster-wide."""
@@ -104,7 +106,7 @@ def _parse(path: Path, index: int, row: object) -> Tenant:
     if not isinstance(row, dict):
         raise TenantsFileError(f"{where}: not a table")
     unknown = set(row) - {"name", "access_key", "secret_key", "weight", "buckets", "demo",
-                          "max_request_rate", "max_lake_bandwidth"}
+                          "max_request_rate", "max_lake_bandwidth", "write_mode"}
     if unknown:
         raise TenantsFileError(f"{where}: unknown keys {sorted(unknown)}")
     for key in ("name", "access_key", "secret_key"):
@@ -127,6 +129,9 @@ def _parse(path: Path, index: int, row: object) -> Tenant:
         raise TenantsFileError(f"{where}: max_lake_bandwidth: {exc}") from None
     if "max_lake_bandwidth" in row and lake_bandwidth is None:
         raise TenantsFileError(f"{where}: max_lake_bandwidth must be above 0 (leave it out for no cap)")
+    write_mode = row.get("write_mode")
+    if write_mode is not None and write_mode not in ("write-back", "write-through"):
+        raise TenantsFileError(f"{where}: write_mode must be \"write-back\" or \"write-through\"")
     return Tenant(
         name=row["name"],
         access_key=row["access_key"],
@@ -136,4 +141,5 @@ def _parse(path: Path, index: int, row: object) -> Tenant:
         demo=bool(row.get("demo", False)),
         max_request_rate=float(request_rate) if request_rate is not None else None,
         max_lake_bandwidth=lake_bandwidth,
+        write_mode=write_mode,
     )

@@ -43,6 +43,11 @@ from cachetier.telemetry.host import HostSampler
 from cachetier.telemetry.reuse import SIZING_SOCKET, ReuseHub, SizingProbe
 from cachetier.telemetry.snapshots import CacheSnapshot
 from cachetier.fairness.lake import metered
+from cachetier.write.flusher import Flusher
+from cachetier.write.journal import Journal
+from cachetier.write.pending import pending_lake
+from cachetier.write.peers import JournalOwner
+from cachetier.write.writeback import WriteBack
 from cachetier.cluster.wire import BlockRequest
 from gateway.admission import NodeFairness, limited
 from gateway.fairpeer import FairnessMember, loop_lock
@@ -51,10 +56,13 @@ from gateway.loops.placement import placement_loop
 from gateway.loops.telemetry import NodeTelemetry, peer_score, telemetry_loop
 from gateway.loops.sizing import TierControl, initial_split, read_report, report_path, start_sizing
 from gateway.loops.membership import heartbeat_loop, host_load
-from gateway.metrics import CacheCollector, ClusterCollector, FairnessCollector, SizingCollector, TelemetryCollector
+from gateway.metrics import (
+    CacheCollector, ClusterCollector, FairnessCollector, SizingCollector, TelemetryCollector, WriteBackCollector,
+)
 from gateway.peerapi import Meter, PeerAPI
 from gateway.workerstats import WorkerBoard, node_cache, node_counters
 from gateway.s3.frontend import S3Frontend
+from gateway.s3.writemode import WriteModes
 from gateway.settings import CacheSettings, ClusterSettings, LakeSettings, Settings
 from gateway.tenants import TenantDirectory
 
@@ -97,6 +105,17 @@ class Node:
     telemetry: NodeTelemetry | None = None  # host micrometrics and anomaly reports (issue 15)
     lake_replicas: Replicas | None = None  # which endpoint of the lake (issue 15)
     peer_replicas: Replicas | None = None  # which of a block's peer owners
+    writeback: WriteBack | None = None  # the write-back journal's intake (issue 14; None: the cache is off)
+
+    def replication_report(self) -> dict[str, object] | None:
+        """``/_lakegate/admin/replication``: the node's journal and this worker's write-back counts
+        (with several workers, the others' too: ``counters`` adds them)."""
+        if self.writeback is None:
+            return None
+        report = self.writeback.report()
+        if self.board is not None:
+            report["counters"] = node_counters(report["counters"], self.board.others(), "writeback")  # type: ignore[arg-type]
+        return report
 
     def replicas_report(self) -> dict[str, object]:
         """``/_lakegate/admin/replicas``: the policy, and per candidate (lake endpoints, peers)
@@ -119,6 +138,8 @@ class Node:
             registry.register(SizingCollector(self.sizing_report))
         if self.telemetry is not None:
             registry.register(TelemetryCollector(self.telemetry.snapshot))
+        if self.writeback is not None:
+            registry.register(WriteBackCollector(self.replication_report))
         object.__setattr__(self, "registry", registry)
 
     def sizing_report(self) -> dict[str, object] | None:
@@ -167,7 +188,8 @@ class Node:
                 fairness["partitions"] = self.fair_member.published()
             self.board.publish(own_cache, self.cluster.counter_values() if self.cluster is not None else None,
                                fairness=fairness,
-                               telemetry=self.telemetry.published() if self.telemetry is not None else None)
+                               telemetry=self.telemetry.published() if self.telemetry is not None else None,
+                               writeback=self.writeback.counter_values() if self.writeback is not None else None)
 
     def stats(self) -> NodeStats:
         cluster = None
@@ -248,6 +270,7 @@ async def open_cache(
     probe: SizingProbe | None = None,
     l1_capacity: int | None = None,
     replicas: Replicas | None = None,
+    writeback: WriteBack | None = None,
 ) -> CachedLake:
     """The block cache in front of ``lake``: L1 under ``directory/l1``; in a cluster, also this
     node's share of L2 under ``directory/l2``; shared with the node's other workers through
@@ -265,9 +288,48 @@ async def open_cache(
     generations = shared.generations if shared is not None else None
     reads = ReadPath(lake, l1, counters, settings.read, clock=time.monotonic, l2=l2, cluster=cluster,
                      generations=generations, probe=probe, replicas=replicas)
-    cache = CachedLake(lake, reads, settings.on_write, cluster=cluster)
+    cache = CachedLake(lake, reads, settings.on_write, cluster=cluster, writeback=writeback)
     stack.push_async_callback(cache.aclose)  # its background fetches, before the stores close
     return cache
+
+
+def journal_path(settings: Settings) -> Path:
+    return settings.cache.directory / "journal"
+
+
+def recover_journal(settings: Settings) -> None:
+    """The write-back journal made consistent after the node's last run (once per node start,
+    before any request: leftovers of writes never acknowledged go, notices are dropped)."""
+    if not settings.cache.enabled:
+        return
+    journal = Journal(journal_path(settings))
+    try:
+        found = journal.recover()
+    finally:
+        journal.close()
+    if found.bodies or found.orphans:
+        log.info("write-back journal: %d pending writes to flush, %d leftovers removed", found.bodies, found.orphans)
+
+
+def open_writeback(stack: contextlib.AsyncExitStack, settings: Settings, lake: Lake, cluster: Cluster | None
+                   ) -> WriteBack:
+    """This process's write-back intake over the node's journal (the lake it flushes to is
+    ``lake``; the read path gets its pending versions through ``pending_lake``)."""
+    journal = Journal(journal_path(settings))
+    stack.callback(journal.close)
+    me = cluster.me.id if cluster is not None else "local"
+    return WriteBack(journal, lake, settings.write.config(), me=me, cluster=cluster,
+                     peers=cluster.client if cluster is not None else None)  # type: ignore[arg-type]
+
+
+def start_flusher(stack: contextlib.AsyncExitStack, settings: Settings, writeback: WriteBack,
+                  fairness: NodeFairness | None, tenants: TenantDirectory) -> None:
+    """The node's flusher, in the worker that holds the journal's flush lock."""
+    flusher = Flusher(writeback, charge=fairness.acquire if fairness is not None else None,
+                      tenant_weights=tenants.weights,
+                      grace=2 * settings.cluster.membership.failure_timeout if settings.cluster is not None else 0.0)
+    lock_dir = journal_path(settings) if settings.server.workers > 1 else None
+    start_task(stack, loop_lock(lock_dir, flusher.run))
 
 
 def sizing_probe(stack: contextlib.AsyncExitStack, settings: Settings, shared: Shared | None
@@ -412,6 +474,7 @@ async def running_node(
             lake = metered(lake, fairness.acquire)  # every lake read charged to its tenant
         counters = CacheStats()
         cache: CachedLake | None = None
+        writeback: WriteBack | None = None
         cluster: Cluster | None = None
         peer_replicas: Replicas | None = None
         if settings.cache.enabled:
@@ -426,8 +489,12 @@ async def running_node(
             if settings.cluster is not None:
                 l2_capacity = split_l2
             probe, hub = sizing_probe(stack, settings, shared)
-            cache = await open_cache(stack, settings.cache, lake, counters, cluster, l2_capacity, shared, weights,
-                                     probe, l1_capacity, peer_replicas)
+            if shared is None:
+                recover_journal(settings)  # this process is the whole node
+            writeback = open_writeback(stack, settings, lake, cluster)
+            cache = await open_cache(stack, settings.cache, pending_lake(lake, writeback), counters, cluster,
+                                     l2_capacity, shared, weights, probe, l1_capacity, peer_replicas, writeback)
+            writeback.invalidate = cache.reads.invalidate
             if hub is not None:
                 open_sizing(stack, settings, hub, cache)
         load = _load(cache)
@@ -442,19 +509,25 @@ async def running_node(
         telemetry = NodeTelemetry(HostSampler(settings.cache.directory))
         telemetry.share_with(lambda: board_part(board, "telemetry"))
         start_task(stack, telemetry_loop(telemetry))
+        journal_owner = None
+        if writeback is not None:
+            journal_owner = JournalOwner(writeback.me, writeback.journal, writeback.on_notice, writeback.on_copy)
+            start_flusher(stack, settings, writeback, fairness, tenants)
         peer_api = PeerAPI(secret, cluster, cache.reads if cache is not None else None, load,
                            body_timeout=settings.server.frontend.body_timeout, fairness=member, meter=meter,
-                           anomalies=telemetry.reports)
+                           anomalies=telemetry.reports, journal=journal_owner)
         if cluster is not None:
             start_task(stack, heartbeat_loop(cluster, load, telemetry))
         if member is not None and cluster is not None:
             lock_dir = board.directory if board is not None and settings.server.workers > 1 else None
             start_task(stack, loop_lock(lock_dir, fairness_loops(settings, tenants, cluster, member)))
         served = cache if cache is not None else lake
-        s3 = S3Frontend(served, tenants, settings.server.frontend, fairness=fairness)
+        write = settings.write
+        s3 = S3Frontend(served, tenants, settings.server.frontend, fairness=fairness,
+                        write_modes=WriteModes(write.mode, write.bucket_modes, write.max_replicas))
         node = Node(settings, tenants, served, cache, cluster, s3, peer_api, board=board, fairness=fairness,
                     fair_member=member, telemetry=telemetry,
-                    lake_replicas=lake_replicas, peer_replicas=peer_replicas)
+                    lake_replicas=lake_replicas, peer_replicas=peer_replicas, writeback=writeback)
         if fairness is not None:
             start_task(stack, fairness_loop(node, fairness))
         if node.board is not None:

@@ -27,6 +27,10 @@ Node-level state, with several workers:
   holds its bounds whatever worker the kernel hands a connection to;
 - membership: each worker heartbeats its peers as the same member and keeps its own view of
   the ring (the same from the same heartbeats); a peer's heartbeat or fetch reaches any worker;
+- the write-back journal (``cachetier.write``): one directory with one sqlite index every
+  worker opens (WAL: each commits its own writes, each sees the others'); the supervisor
+  recovers it once before the workers start; each worker takes the writes it is sent; one
+  worker at a time runs the flusher (a file lock in the journal's directory);
 - counters: each worker counts its own requests and publishes them every second; /metrics and
   the admin stats add up the node's workers (``gateway.workerstats``); the HTTP layer's refusal
   counter (lakegate_http_refused_total) stays per worker.
@@ -59,6 +63,7 @@ from cachetier.blocks.space import DirectoryTaken, Space
 from cachetier.blocks.spaceipc import SpaceConnection, SpaceServer, socket_path
 from cachetier.read.generations import Generations
 from gateway.loops.sizing import TierControl, initial_split, start_sizing
+from gateway.wiring import recover_journal
 from gateway.settings import Settings
 from gateway.workerstats import WorkerBoard
 
@@ -114,6 +119,7 @@ def open_spaces(stack: ExitStack, settings: Settings) -> SpaceServer | None:
     # the node's sizing hub and loop, beside the managers they resize (issue 13)
     stack.callback(start_sizing(settings, {tier: _control(space) for tier, space in spaces.items()}))
     Generations(generations_path(settings)).close()  # created (or kept) before any worker maps it
+    recover_journal(settings)  # the write-back journal, once, before any worker serves (issue 14)
     shutil.rmtree(board_path(settings), ignore_errors=True)  # counts of the node's last run
     return server
 

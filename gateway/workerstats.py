@@ -40,8 +40,10 @@ class WorkerBoard:
         directory.mkdir(parents=True, exist_ok=True)
 
     def publish(self, cache: CacheSnapshot | None, cluster: Mapping[str, int] | None,
-                fairness: Mapping[str, object] | None = None, telemetry: Mapping[str, object] | None = None) -> None:
+                fairness: Mapping[str, object] | None = None, telemetry: Mapping[str, object] | None = None,
+                writeback: Mapping[str, int] | None = None) -> None:
         doc = {
+            "writeback": dict(writeback or {}),
             "fairness": dict(fairness or {}),
             "telemetry": dict(telemetry or {}),
             "per_tenant": cache.per_tenant if cache is not None else {},

@@ -20,6 +20,8 @@ from cachetier.cluster.ring import Member
 from cachetier.errors import PreconditionFailed
 from cachetier.lake import ObjectInfo
 from cachetier.net.transport import LakeTransport
+from cachetier.write.messages import BodyRequest, Copy, Held, HeldQuery, Notice
+from cachetier.write.peers import NotHeld
 
 
 Answered = Callable[[wire.BlockAnswer], None]  # told a block's answer before its bytes
@@ -184,6 +186,56 @@ class PeerClient:
                     answered(answer)
                 async for chunk in resp.aiter_raw():
                     yield chunk
+        except httpx2.HTTPError as exc:
+            raise PeerUnavailable(f"{member.id}: {exc!r}") from exc
+
+    # ---- write-back (cachetier.write.peers.JournalPeers) ---------------------------------------
+
+    async def journal_copy(self, member: Member, copy: Copy, body: AsyncIterator[bytes], timeout: float) -> None:
+        query = copy.to_query()
+        headers = wire.sign(self.secret, self.me.id, "PUT", wire.JOURNAL_COPY, query, now=self.clock(), streamed=True)
+        headers |= {"content-type": "application/octet-stream", "content-length": str(copy.version.size)}
+        try:
+            resp = await self.client.put(f"{member.url}{wire.JOURNAL_COPY}?{query}", content=body, headers=headers,
+                                         timeout=timeout)
+        except httpx2.HTTPError as exc:
+            raise PeerUnavailable(f"{member.id}: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise PeerUnavailable(f"{member.id}: journal copy answered {resp.status_code}: {resp.text[:200]}")
+        try:
+            wire.Acknowledged.from_json(resp.content)
+        except wire.WireError as exc:
+            raise PeerUnavailable(f"{member.id}: bad copy answer: {exc}") from exc
+
+    async def journal_notice(self, member: Member, notice: Notice, timeout: float) -> None:
+        answer = await self._post(member.url, wire.JOURNAL_NOTICE, notice.to_json(), timeout)
+        try:
+            wire.Acknowledged.from_json(answer)
+        except wire.WireError as exc:
+            raise PeerUnavailable(f"{member.url}: bad notice answer: {exc}") from exc
+
+    async def journal_held(self, member: Member, query: HeldQuery, timeout: float) -> bool:
+        answer = await self._post(member.url, wire.JOURNAL_HELD, query.to_json(), timeout)
+        try:
+            return Held.from_json(answer).held
+        except wire.WireError as exc:
+            raise PeerUnavailable(f"{member.url}: bad held answer: {exc}") from exc
+
+    async def journal_body(self, member: Member, request: BodyRequest) -> AsyncIterator[bytes]:
+        query = request.to_query()
+        headers = self._headers("GET", wire.JOURNAL_BODY, query)
+        try:
+            async with self.client.stream("GET", f"{member.url}{wire.JOURNAL_BODY}?{query}", headers=headers) as resp:
+                if resp.status_code == 404:
+                    raise NotHeld(f"{member.id} does not hold {request.bucket}/{request.key}@{request.seq}")
+                if resp.status_code != 200:
+                    raise PeerUnavailable(f"{member.id}: journal body answered {resp.status_code}")
+                got = 0
+                async for chunk in resp.aiter_raw():
+                    got += len(chunk)
+                    yield chunk
+                if got != request.last - request.first + 1:
+                    raise PeerUnavailable(f"{member.id}: journal body cut short")
         except httpx2.HTTPError as exc:
             raise PeerUnavailable(f"{member.id}: {exc!r}") from exc
 

@@ -19,16 +19,20 @@ from cachetier.cluster.owner import Owner, WrongBlockSize
 from cachetier.cluster.ring import Member
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
 from cachetier.lake import ObjectInfo
+from cachetier.write.messages import BodyRequest, Copy, Held, HeldQuery, Notice
+from cachetier.write.peers import JournalOwner
 
 
 class MemoryPeers:
     """``Peers`` as calls into ``owners`` (peer URL -> that node's Owner) and ``followers`` (peer
     URL -> that node's Follower), as node ``me``. Nodes whose id is in ``down`` answer nothing."""
 
-    def __init__(self, me: Member, owners: Mapping[str, Owner], followers: Mapping[str, Follower] | None = None) -> None:
+    def __init__(self, me: Member, owners: Mapping[str, Owner], followers: Mapping[str, Follower] | None = None,
+                 journals: Mapping[str, JournalOwner] | None = None) -> None:
         self.me = me
         self.owners = owners
         self.followers: Mapping[str, Follower] = followers if followers is not None else {}
+        self.journals: Mapping[str, JournalOwner] = journals if journals is not None else {}
         self.down: set[str] = set()
 
     def _owner(self, url: str) -> Owner:
@@ -102,6 +106,38 @@ class MemoryPeers:
             _unavailable(member.id, exc)
         finally:
             await served.pieces.aclose()
+
+    # ---- write-back: the nodes' JournalOwner in ``journals`` (peer URL -> it) --------------------
+
+    def _journal(self, member: Member) -> JournalOwner:
+        journal = self.journals.get(member.url)
+        if journal is None or member.id in self.down:
+            raise PeerUnavailable(f"{member.url}: no answer")
+        return journal
+
+    async def journal_copy(self, member: Member, copy: Copy, body: AsyncIterator[bytes], timeout: float) -> None:
+        journal = self._journal(member)
+        try:
+            answer = await journal.copy(copy.to_query(), body)
+        except (wire.WireError, S3Error, OSError) as exc:
+            _unavailable(member.id, exc)
+        wire.Acknowledged.from_json(answer.to_json())
+
+    async def journal_notice(self, member: Member, notice: Notice, timeout: float) -> None:
+        answer = await self._journal(member).notice(Notice.from_json(notice.to_json()), self.me.id)
+        wire.Acknowledged.from_json(answer.to_json())
+
+    async def journal_held(self, member: Member, query: HeldQuery, timeout: float) -> bool:
+        answer = await self._journal(member).held(HeldQuery.from_json(query.to_json()), self.me.id)
+        return Held.from_json(answer.to_json()).held
+
+    async def journal_body(self, member: Member, request: BodyRequest) -> AsyncIterator[bytes]:
+        _, pieces = await self._journal(member).body(BodyRequest.from_query(request.to_query()))
+        try:
+            async for piece in pieces:
+                yield piece
+        finally:
+            await pieces.aclose()  # type: ignore[attr-defined]
 
     async def aclose(self) -> None:
         pass

@@ -112,7 +112,7 @@ def signature(
 
 def sign(
     secret: bytes, node: str, method: str, path: str, query: str = "", body: bytes = b"", *, now: float,
-    headers: Mapping[str, str] | None = None, nonce: str | None = None,
+    headers: Mapping[str, str] | None = None, nonce: str | None = None, streamed: bool = False,
 ) -> dict[str, str]:
     """The headers to send with one peer request sent at ``now`` (wall-clock seconds): ``headers``
     (the request's own, such as its tenant; only ``SIGNED_HEADERS``, so none goes unsigned) and
@@ -122,16 +122,18 @@ def sign(
     if unsigned:
         raise ValueError(f"headers the peer signature does not cover: {sorted(unsigned)}")
     sent = extra | {NODE_HEADER: node, TIME_HEADER: f"{now:.3f}", NONCE_HEADER: nonce or secrets.token_hex(16)}
-    return sent | {SIGNATURE_HEADER: signature(secret, method, path, query, _digest(body), sent)}
+    digest = STREAMED if streamed else _digest(body)
+    return sent | {SIGNATURE_HEADER: signature(secret, method, path, query, digest, sent)}
 
 
 def verify(
     secret: bytes, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes, now: float,
-    seen: ReplayGuard | None = None,
+    seen: ReplayGuard | None = None, streamed: bool = False,
 ) -> str:
     """The sending node's id, or PeerAuthError. ``headers`` have lower-case names. ``seen``
     remembers the nonces accepted so far and refuses a second use of one; only a one-off check
-    (a test, a probe) may go without it."""
+    (a test, a probe) may go without it. ``streamed``: the body is not in hand, and was signed
+    as ``STREAMED`` (the route checks it against a digest its signed query names)."""
     node, stamp, nonce, given = (headers.get(h, "") for h in (NODE_HEADER, TIME_HEADER, NONCE_HEADER, SIGNATURE_HEADER))
     if not (node and stamp and nonce and given):
         raise PeerAuthError("missing peer signature")  # an old node's request too: it sends no nonce
@@ -143,7 +145,7 @@ def verify(
         raise PeerAuthError("bad peer time") from None
     if not math.isfinite(sent_at):  # a stamp of "nan" would pass any window
         raise PeerAuthError("bad peer time")
-    expected = signature(secret, method, path, query, _digest(body), headers)
+    expected = signature(secret, method, path, query, STREAMED if streamed else _digest(body), headers)
     if not hmac.compare_digest(expected, given):
         raise PeerAuthError("peer signature does not match")
     if abs(now - sent_at) > MAX_SKEW:
@@ -503,8 +505,12 @@ class BlockAnswer:
 WEIGHTS = PREFIX + "weights"
 PARTITIONS = PREFIX + "partitions"
 REPORTS = PREFIX + "reports"
-#   POST journal     a write-back journal append on a replica (Pfimbi)  (not served yet: 404)
-JOURNAL = PREFIX + "journal"
+# write-back (issue 14; the messages are cachetier.write.messages):
+JOURNAL_COPY = PREFIX + "journal/copy"  # PUT: a durable copy in the receiver's journal (streamed body)
+JOURNAL_NOTICE = PREFIX + "journal/notice"  # POST: pending, flushed, supersede
+JOURNAL_HELD = PREFIX + "journal/held"  # POST: does the receiver still hold a version
+JOURNAL_BODY = PREFIX + "journal/body"  # GET: bytes of a held version's body
+STREAMED = "streamed"  # the body digest signed for a streamed body (its MD5 is in the signed query)
 
 RESOURCES = ("requests", "client_bytes", "lake_bytes")  # what fair queuing shares (issue 12)
 MAX_TENANTS = 1024

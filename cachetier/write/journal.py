@@ -39,7 +39,9 @@ supervisor calls it, as it alone knows no commit is in flight):
      before 5, or in remove/drop_upload);
   3. every notice row (position -1) is dropped: its holders announce it again;
   4. every local row is marked verified=False (the flusher checks it is still wanted);
-  5. every flushing mark is cleared (no flusher survives a restart).
+  5. every flushing mark is cleared (no flusher survives a restart);
+  6. "gone" marks older than a day are pruned (``remove`` leaves one per key: the versions up
+     to that seq were flushed or overtaken, so a late copy or notice of one is ignored).
 
 The guarantees this gives:
   - a commit that returned is never lost: not by kill -9 at any point after, nor by a power
@@ -94,6 +96,14 @@ def listing_sql(strict: bool, bounded: bool) -> str:
         f"SELECT {COLUMNS.replace(' seq,', ' MAX(seq) AS seq,')} FROM versions"
         f" WHERE bucket = ? AND key {'>' if strict else '>='} ?{upper} GROUP BY key ORDER BY key LIMIT ?"
     )
+
+
+GONE_KEPT = 86400.0  # seconds a key's "gone up to seq" mark is kept (pruned at recovery)
+
+
+def _gone(db: sqlite3.Connection, version: Version) -> bool:
+    row = db.execute("SELECT seq FROM gone WHERE bucket = ? AND key = ?", (version.bucket, version.key)).fetchone()
+    return row is not None and version.seq <= row["seq"]
 
 
 def _unlink(path: str) -> None:
@@ -201,16 +211,21 @@ class Journal:
             raise ValueError("a put is committed with its body, a delete without one")
         if staged is not None and staged.size != version.size:
             raise ValueError(f"body of {staged.size} bytes for a version of {version.size}")
+        md5 = staged.md5_hex() if staged is not None else ""
         file = self._publish(staged, self.bodies, fan_out=True) if staged is not None else None
         try:
             with self._index(write=True) as db:
+                if _gone(db, version):  # a late copy of a version flushed or overtaken meanwhile
+                    if file is not None:
+                        _unlink(os.path.join(self.bodies, file))
+                    return
                 replaced = db.execute(
                     "SELECT file FROM versions WHERE bucket = ? AND key = ? AND seq = ?",
                     (version.bucket, version.key, version.seq),
                 ).fetchone()
                 db.execute("DELETE FROM versions WHERE bucket = ? AND key = ? AND seq = ?",
                            (version.bucket, version.key, version.seq))  # fmt: skip
-                db.execute(INSERT_ROW, row_values(version, file))
+                db.execute(INSERT_ROW, row_values(version, file, md5))
         except BaseException:
             if file is not None:
                 _unlink(os.path.join(self.bodies, file))
@@ -223,6 +238,8 @@ class Journal:
         if version.local:
             raise ValueError("a notice has position -1")
         with self._index(write=True) as db:
+            if _gone(db, version):  # announced again after it was flushed or overtaken: not pending
+                return
             db.execute(
                 "DELETE FROM versions WHERE bucket = ? AND key = ? AND seq = ? AND position < 0",
                 (version.bucket, version.key, version.seq),
@@ -240,7 +257,9 @@ class Journal:
         return [version_of(row) for row in rows]
 
     def last_seq(self, bucket: str, key: str) -> int:
-        rows = self._query("SELECT MAX(seq) FROM versions WHERE bucket = ? AND key = ?", bucket, key)
+        """The highest seq of the key this journal knows, pending or gone (0: none)."""
+        rows = self._query("SELECT MAX(seq) FROM (SELECT seq FROM versions WHERE bucket = ? AND key = ?"
+                           " UNION ALL SELECT seq FROM gone WHERE bucket = ? AND key = ?)", bucket, key, bucket, key)
         return int(rows[0][0] or 0)
 
     def open_body(self, version: Version) -> int:
@@ -266,12 +285,16 @@ class Journal:
         return [version_of(row) for row in rows]
 
     def remove(self, bucket: str, key: str, upto_seq: int) -> list[Version]:
-        """Rows first (the commit point), then their bodies."""
+        """Rows first (the commit point), then their bodies. The key's versions up to
+        ``upto_seq`` are gone for good: a later ``note`` or ``commit`` of one is ignored (a
+        re-announcement or a copy that crossed the flush, or the newer write, on its way)."""
         where = "WHERE bucket = ? AND key = ? AND seq <= ?"
         with self._index(write=True) as db:
             rows = db.execute(f"SELECT {COLUMNS}, file FROM versions {where} ORDER BY seq",
                               (bucket, key, upto_seq)).fetchall()  # fmt: skip
             db.execute(f"DELETE FROM versions {where}", (bucket, key, upto_seq))
+            db.execute("INSERT INTO gone VALUES (?, ?, ?, ?) ON CONFLICT (bucket, key) DO UPDATE SET"
+                       " seq = max(seq, excluded.seq), at = excluded.at", (bucket, key, upto_seq, time.time()))
         for row in rows:
             if row["file"]:
                 _unlink(os.path.join(self.bodies, row["file"]))
@@ -426,6 +449,7 @@ class Journal:
         with self._index(write=True) as db:  # rules 3-5
             notices = db.execute("DELETE FROM versions WHERE position < 0").rowcount
             db.execute("UPDATE versions SET verified = 0, flush_pid = NULL")
+            db.execute("DELETE FROM gone WHERE at < ?", (time.time() - GONE_KEPT,))
         (bodies, parts), (named_bodies, named_parts) = self._files(), self._named()
         for folder, unnamed in ((self.bodies, bodies - named_bodies), (self.part_files, parts - named_parts)):
             for name in unnamed:  # rule 2

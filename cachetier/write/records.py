@@ -19,11 +19,15 @@ CREATE TABLE IF NOT EXISTS versions (
     kind TEXT NOT NULL, etag TEXT NOT NULL, size INTEGER NOT NULL, last_modified REAL NOT NULL,
     content_type TEXT, metadata TEXT NOT NULL, headers TEXT NOT NULL, part_sizes TEXT NOT NULL,
     tenant TEXT NOT NULL, holders TEXT NOT NULL, position INTEGER NOT NULL,
-    verified INTEGER NOT NULL, file TEXT, flush_pid INTEGER,
+    verified INTEGER NOT NULL, sync INTEGER NOT NULL, md5 TEXT NOT NULL, file TEXT, flush_pid INTEGER,
     PRIMARY KEY (bucket, key, seq)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS versions_local ON versions (seq, position, size, last_modified)
     WHERE position >= 0;
+CREATE TABLE IF NOT EXISTS gone (
+    bucket TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (bucket, key)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS uploads (
     upload_id TEXT PRIMARY KEY, bucket TEXT NOT NULL, key TEXT NOT NULL, attrs TEXT NOT NULL,
     tenant TEXT NOT NULL, created REAL NOT NULL
@@ -37,9 +41,9 @@ CREATE TABLE IF NOT EXISTS parts (
 
 COLUMNS = (
     "bucket, key, seq, kind, etag, size, last_modified, content_type, metadata, headers, part_sizes,"
-    " tenant, holders, position, verified"
+    " tenant, holders, position, verified, sync, md5"
 )
-INSERT_ROW = f"INSERT INTO versions ({COLUMNS}, file) VALUES ({', '.join('?' * 16)})"
+INSERT_ROW = f"INSERT INTO versions ({COLUMNS}, file) VALUES ({', '.join('?' * 18)})"
 
 
 class JournalError(OSError):
@@ -65,6 +69,8 @@ class Version:
     holders: tuple[str, ...] = ()  # node ids that hold a durable copy, in replica order
     position: int = -1  # this node's index in holders; -1: a notice (the body is elsewhere)
     verified: bool = True  # False after a restart until the flusher checked it is still wanted
+    sync: int = 1  # K: how many of holders got their copy before the write was acknowledged
+    md5: str = field(default="", compare=False)  # hex MD5 of the body (the journal sets it at commit)
 
     @property
     def local(self) -> bool:
@@ -159,12 +165,13 @@ def version_of(row: sqlite3.Row) -> Version:
         metadata=json.loads(row["metadata"]), headers=json.loads(row["headers"]),
         part_sizes=tuple(json.loads(row["part_sizes"])), tenant=row["tenant"],
         holders=tuple(json.loads(row["holders"])), position=row["position"], verified=bool(row["verified"]),
+        sync=row["sync"], md5=row["md5"],
     )  # fmt: skip
 
 
-def row_values(v: Version, file: str | None) -> tuple[object, ...]:
+def row_values(v: Version, file: str | None, md5: str | None = None) -> tuple[object, ...]:
     return (
         v.bucket, v.key, v.seq, v.kind, v.etag, v.size, v.last_modified, v.content_type,
         json.dumps(dict(v.metadata)), json.dumps(dict(v.headers)), json.dumps(list(v.part_sizes)),
-        v.tenant, json.dumps(list(v.holders)), v.position, int(v.verified), file,
+        v.tenant, json.dumps(list(v.holders)), v.position, int(v.verified), v.sync, md5 or v.md5, file,
     )  # fmt: skip

@@ -7,6 +7,8 @@ this is the hot path of every request.
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import itertools
 import logging
@@ -29,6 +31,7 @@ from gateway.s3.handlers.common import Call
 from gateway.s3.request import S3Request, from_scope
 from gateway.s3.response import ZERO_COPY, Charge, Response, send
 from gateway.s3.sigv4 import AuthContext, SignedRequest
+from gateway.s3.writemode import WRITE_OPERATIONS, WriteModes
 from gateway.tenants import Tenant, TenantDirectory
 
 log = logging.getLogger("lakegate.s3")
@@ -59,8 +62,10 @@ class S3Frontend:
         *,
         clock: Callable[[], datetime] = utcnow,
         fairness: Admits | None = None,
+        write_modes: WriteModes = WriteModes(),
     ) -> None:
         self.lake = lake
+        self.write_modes = write_modes
         self.fairness = fairness  # admission and the bytes sent, in weighted fair order (None: off)
         self.tenants = tenants
         self.host_suffixes = config.host_suffixes
@@ -141,7 +146,12 @@ class S3Frontend:
         no_cache = req.method in ("GET", "HEAD") and _no_cache(req.headers)
         # a GET's hits as file regions, when the server sends files (gateway.httpserver)
         zero_copy = sends_files and req.operation == "GetObject"
-        context.current.set(self._context(req.tenant.name, no_cache, zero_copy))
+        found = self._context(req.tenant.name, no_cache, zero_copy)
+        if req.operation in WRITE_OPERATIONS:  # write-back or through, and its replication (issue 14)
+            intent = self.write_modes.intent(req.headers, req.bucket, req.tenant.write_mode)
+            if intent is not found.write:
+                found = dataclasses.replace(found, write=intent)
+        context.current.set(found)
         if self.fairness is not None:  # its turn among the tenants, or 503 SlowDown past its queue bound
             await self.fairness.acquire(req.tenant.name, "requests", 1)
         body.authenticated(auth)

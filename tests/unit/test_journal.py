@@ -63,6 +63,7 @@ def test_a_committed_version_is_found_with_its_body_and_attributes(journal: Jour
                       (1, 2), "t1", ("n1", "n2"), 1)  # fmt: skip
     journal.commit(version, staged_with(journal, b"abc"))
     assert journal.latest("b", "k") == version
+    assert journal.latest("b", "k").md5 == hashlib.md5(b"abc").hexdigest()  # type: ignore[union-attr]  # noqa: S324
     assert journal.versions("b", "k") == [version]
     assert journal.last_seq("b", "k") == 1 and journal.last_seq("b", "other") == 0
     assert journal.latest("b", "other") is None and journal.versions("b", "other") == []
@@ -391,3 +392,17 @@ def test_reopening_a_journal_keeps_its_versions(tmp_path: Path) -> None:
         version = put(journal, "k", 1, b"again")
     with Journal(tmp_path, sync=False) as journal:
         assert journal.latest("b", "k") == version and body(journal, version) == b"again"
+
+
+def test_a_notice_or_copy_of_a_version_removed_already_is_ignored(journal: Journal) -> None:
+    """remove() marks the key's versions up to its seq gone: a re-announcement or a late copy
+    that crossed the flush does not come back as pending."""
+    journal.note(notice("k", 5))
+    journal.remove("b", "k", 5)
+    journal.note(notice("k", 5))
+    journal.note(notice("k", 4))
+    late = Version("b", "k", 5, "put", '"x"', 3, holders=("n1", "n2"), position=1)
+    journal.commit(late, staged_with(journal, b"abc"))
+    assert journal.versions("b", "k") == [] and journal.check() == []
+    journal.note(notice("k", 6))  # a newer one is pending as before
+    assert [v.seq for v in journal.versions("b", "k")] == [6]

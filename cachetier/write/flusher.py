@@ -1,0 +1,305 @@
+"""The flusher: the node's background write-back traffic (issue 14), lake flushes and the
+asynchronous copies beyond K, scheduled by ``policies.replication`` (Pfimbi: tenant weights,
+then replica position; yielding to foreground lake reads; held back above T).
+
+One worker of the node runs it (the flush lock in the journal's directory; the kernel releases
+it with the worker, and another worker takes over within a second). Each round:
+
+1. The journal's local versions are read, and each is given to whoever should flush it: the
+   first of its holders that is live (the receiving node while it lives; after it, the next
+   holder that still has the version, asked by ``journal/held``). A node that restarted holds
+   its versions unverified: before flushing one it waits a grace period (so that the live
+   nodes re-announce the pending writes they hold, which drops what was superseded meanwhile),
+   asks the other holders, and, when none holds it any more, asks the lake: a version the lake
+   has (same ETag) or has something newer than (Last-Modified later) is dropped, not flushed
+   again. So a returning node does not flush what another copy already flushed.
+2. The scheduler picks which jobs start within the slots it allows.
+3. A flush writes the version (a PUT, a multipart upload with the same part sizes so that the
+   lake's ETag is the one the client got, or a DELETE); each piece first checks the version is
+   still wanted, and a flush of a superseded version stops mid-body (nothing reaches the lake).
+   After the lake's answer: the journal drops the version, and every live node is told
+   (``flushed``) and drops its copy or notice.
+4. A lake that does not answer marks the lake down (new writes past T + delta then get
+   SlowDown) and the version is retried after ``flush_retry``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from cachetier.cluster.client import PeerUnavailable
+from cachetier.errors import NoSuchKey, S3Error, ServiceUnavailable
+from cachetier.lake import Lake, ObjectAttributes
+from cachetier.write.journal import Journal, Version
+from cachetier.write.messages import Copy, HeldQuery, Notice
+from cachetier.write.peers import Superseded, file_pieces
+from cachetier.write.writeback import WriteBack
+from policies import replication
+
+log = logging.getLogger("lakegate.write")
+
+Charge = Callable[[str, str, float], Awaitable[None]]
+Ident = tuple[str, str, int]
+_PERMANENT_RETRY = 60.0  # a version the lake refuses for good (its bucket gone) is tried again this late
+
+
+def ident(version: Version) -> Ident:
+    return (version.bucket, version.key, version.seq)
+
+
+async def write_to_lake(lake: Lake, journal: Journal, version: Version,
+                        still: Callable[[], Awaitable[bool]] | None = None, charge: Charge | None = None) -> None:
+    """``version`` written to the lake: a DELETE, a PUT, or (assembled from parts) a multipart
+    upload with the same part boundaries, aborted if anything fails."""
+    bucket, key = version.bucket, version.key
+    if version.kind == "delete":
+        try:
+            await lake.delete_object(bucket, key)
+        except NoSuchKey:
+            pass
+        return
+    attrs = ObjectAttributes(version.content_type, dict(version.metadata), dict(version.headers))
+
+    def body(first: int, last: int) -> AsyncIterator[bytes]:
+        return _charged(file_pieces(journal, version, first, last, still), version.tenant, charge)
+
+    if not version.part_sizes:
+        await lake.put_object(bucket, key, body(0, version.size - 1), version.size, attrs)
+        return
+    upload_id = await lake.create_multipart_upload(bucket, key, attrs)
+    try:
+        parts, offset = [], 0
+        for number, size in enumerate(version.part_sizes, 1):
+            result = await lake.upload_part(bucket, key, upload_id, number, body(offset, offset + size - 1), size)
+            parts.append((number, result.etag))
+            offset += size
+        await lake.complete_multipart_upload(bucket, key, upload_id, parts)
+    except BaseException:
+        try:
+            await lake.abort_multipart_upload(bucket, key, upload_id)
+        except Exception as exc:  # noqa: BLE001 - the first failure is the one to report
+            log.info("abort of the flush upload of %s/%s failed: %s", bucket, key, exc)
+        raise
+
+
+async def _charged(pieces: AsyncIterator[bytes], tenant: str, charge: Charge | None) -> AsyncIterator[bytes]:
+    try:
+        async for piece in pieces:
+            if charge is not None:
+                await charge(tenant, "lake_bytes", len(piece))
+            yield piece
+    finally:
+        await pieces.aclose()  # type: ignore[attr-defined]
+
+
+class Flusher:
+    """The node's background write-back work, driven by ``run`` (in the worker that holds the
+    flush lock). ``foreground_waiting`` says whether foreground lake reads wait for the lake
+    link (the fairness budget's queue); ``charge`` charges flushed bytes to their tenant's lake
+    budget (None: no fairness)."""
+
+    def __init__(self, writeback: WriteBack, *, charge: Charge | None = None,
+                 foreground_waiting: Callable[[], bool] = lambda: False,
+                 tenant_weights: Callable[[], dict[str, float]] = dict, grace: float = 5.0,
+                 interval: float = 0.2) -> None:
+        self.wb = writeback
+        self.journal = writeback.journal
+        self.charge = charge
+        self.foreground_waiting = foreground_waiting
+        self.tenant_weights = tenant_weights
+        self.grace = grace
+        self.interval = interval
+        self.started = time.monotonic()
+        self.state = replication.SchedulerState.initial()
+        self.running: dict[str, tuple[replication.Job, asyncio.Task[None]]] = {}
+        self.retry_at: dict[Ident, float] = {}
+        self.copied: set[tuple[Ident, str]] = set()  # async copies made (or given up) by this process
+        self.live: set[str] = set()
+        self.pid = os.getpid()
+
+    async def run(self) -> None:
+        log.info("this worker (pid %d) runs the node's write-back flusher", self.pid)
+        try:
+            while True:
+                try:
+                    await self.round()
+                except Exception:  # noqa: BLE001 - the loop outlives one bad round
+                    log.exception("write-back flush round failed")
+                self.wb.wake.clear()
+                try:
+                    await asyncio.wait_for(self.wb.wake.wait(), self.interval)
+                except TimeoutError:
+                    pass
+        finally:
+            for _, task in list(self.running.values()):
+                task.cancel()
+            await asyncio.gather(*(t for _, t in self.running.values()), return_exceptions=True)
+
+    async def round(self) -> None:
+        """One scheduling round (tests call it directly)."""
+        versions = await asyncio.to_thread(self.journal.local_versions)
+        await self._announce(versions)
+        jobs = {job.id: (job, version) for version in versions for job in await self._jobs(version)}
+        queued = tuple(job for job_id, (job, _) in jobs.items() if job_id not in self.running)
+        dirty = sum(v.size for v in versions)
+        slots = replication.background_slots(self.wb.config.flush_concurrency, self.foreground_waiting(), dirty,
+                                             self.wb.config.thresholds)
+        snapshot = replication.Snapshot(queued, tuple(job for job, _ in self.running.values()), slots,
+                                        self.tenant_weights(), self.wb.config.position_weights)
+        decision = replication.decide(self.state, snapshot, time.monotonic())
+        self.state = decision.state
+        for job in decision.start:
+            version = jobs[job.id][1]
+            work = self._flush(version) if job.position == 1 else self._async_copy(version, job.id.split("|")[-1])
+            task = asyncio.create_task(work)
+            self.running[job.id] = (job, task)
+            task.add_done_callback(functools.partial(self._done, job.id))
+
+    def _done(self, job_id: str, _: object = None) -> None:
+        self.running.pop(job_id, None)
+        self.wb.wake.set()
+
+    async def _jobs(self, version: Version) -> list[replication.Job]:
+        now = time.monotonic()
+        vid = ident(version)
+        jobs = []
+        order = f"{version.bucket}/{version.key}"
+        if self.retry_at.get(vid, 0.0) <= now and await self._mine(version):
+            jobs.append(replication.Job(f"flush|{vid}", version.tenant, 1, max(version.size, 1), order, version.seq))
+        if version.position == 0 and version.verified:
+            for place, holder in enumerate(version.holders[version.sync:], start=2):
+                if (vid, holder) not in self.copied:
+                    jobs.append(replication.Job(f"copy|{vid}|{holder}", version.tenant, place, max(version.size, 1),
+                                                f"copy|{order}|{holder}", version.seq))
+        return jobs
+
+    async def _mine(self, version: Version) -> bool:
+        """Whether this node flushes ``version``: no earlier holder of it is live (or the live
+        ones no longer hold it); a restarted node's unverified versions wait the grace period."""
+        if not version.verified and time.monotonic() - self.started < self.grace:
+            return False
+        cluster = self.wb.cluster
+        if cluster is None or version.position <= 0:
+            return version.position >= 0
+        live = {m.id: m for m in cluster.membership.peers()}
+        for holder in version.holders[: version.position]:
+            member = live.get(holder)
+            if member is not None and await self._holds(member, version):
+                return False
+        return True
+
+    async def _holds(self, member: object, version: Version) -> bool:
+        peers = self.wb.peers
+        if peers is None:
+            return False
+        try:
+            return await peers.journal_held(member, HeldQuery(*ident(version)), self.wb.config.notice_timeout)  # type: ignore[arg-type]
+        except PeerUnavailable:
+            return False
+
+    async def _wanted(self, version: Version) -> bool:
+        """An unverified version (this node restarted): still to be flushed, or already in the
+        lake (or overtaken there), or held by another live holder that will flush it."""
+        cluster = self.wb.cluster
+        if cluster is not None:
+            live = {m.id: m for m in cluster.membership.peers()}
+            for holder in version.holders:
+                member = live.get(holder)
+                if holder != self.wb.me and member is not None and await self._holds(member, version):
+                    return True
+        try:
+            info = await self.wb.lake.head_object(version.bucket, version.key)
+        except NoSuchKey:
+            return version.kind == "put"
+        if info.etag == version.etag and version.kind == "put":
+            return False
+        return info.last_modified.timestamp() <= version.last_modified
+
+    async def _still(self, version: Version) -> bool:
+        versions = await asyncio.to_thread(self.journal.versions, version.bucket, version.key)
+        return any(v.seq == version.seq and v.local for v in versions)
+
+    async def _flush(self, version: Version) -> None:
+        vid = ident(version)
+        try:
+            if not version.verified:
+                if not await self._wanted(version):
+                    log.info("write-back: %s/%s@%d was flushed or overtaken while this node was away: dropped",
+                             *vid)
+                    await self._drop(version)
+                    return
+                await asyncio.to_thread(self.journal.mark_verified, version)
+            if not await self._still(version):
+                return
+            await asyncio.to_thread(self.journal.begin_flush, version, self.pid)
+            try:
+                await write_to_lake(self.wb.lake, self.journal, version, lambda: self._still(version), self.charge)
+            finally:
+                await asyncio.to_thread(self.journal.end_flush, version)
+        except Superseded:
+            self.wb.counters["flush_aborted"] += 1
+            return
+        except (ServiceUnavailable, ConnectionError, OSError) as exc:
+            self._failed(version, exc, self.wb.config.flush_retry, down=True)
+            return
+        except S3Error as exc:
+            down = exc.status >= 500
+            self._failed(version, exc, self.wb.config.flush_retry if down else _PERMANENT_RETRY, down=down)
+            return
+        self.wb.lake_health.set(True)
+        self.retry_at.pop(vid, None)
+        self.wb.counters["flushed"] += 1
+        self.wb.counters["flushed_bytes"] += version.size
+        await self._drop(version)
+
+    async def _drop(self, version: Version) -> None:
+        await self.wb.flushed(*ident(version))
+        await self.wb.notify_all(Notice("flushed", *ident(version)))
+
+    def _failed(self, version: Version, exc: Exception, retry: float, *, down: bool) -> None:
+        self.wb.counters["flush_failures"] += 1
+        if down:
+            self.wb.lake_health.set(False)
+        self.retry_at[ident(version)] = time.monotonic() + retry
+        log.warning("write-back flush of %s/%s failed (%s); retrying in %.0f s", version.bucket, version.key, exc,
+                    retry)
+
+    async def _async_copy(self, version: Version, holder: str) -> None:
+        vid = ident(version)
+        self.copied.add((vid, holder))  # tried once: the copies beyond K are best effort
+        cluster, peers = self.wb.cluster, self.wb.peers
+        member = next((m for m in cluster.membership.peers() if m.id == holder), None) if cluster else None
+        dirty = await asyncio.to_thread(self.journal.dirty_bytes)
+        if member is None or peers is None or not replication.async_copy_allowed(dirty, version.size,
+                                                                                  self.wb.config.thresholds):
+            self.wb.counters["async_copy_failures"] += 1
+            return
+        md5 = version.md5
+        try:
+            body = file_pieces(self.journal, version, 0, version.size - 1, lambda: self._still(version))
+            await peers.journal_copy(member, Copy(version, md5), body, self.wb.config.copy_timeout)
+            self.wb.counters["async_copies"] += 1
+        except (PeerUnavailable, Superseded, FileNotFoundError) as exc:
+            self.wb.counters["async_copy_failures"] += 1
+            log.info("background copy of %s/%s to %s failed: %s", version.bucket, version.key, holder, exc)
+
+    async def _announce(self, versions: list[Version]) -> None:
+        """Tell each node that became live the pending versions this node holds (a restarted
+        node dropped its notices, and may have missed newer writes)."""
+        cluster = self.wb.cluster
+        if cluster is None:
+            return
+        live = {m.id for m in cluster.membership.peers()}
+        new = live - self.live
+        self.live = live
+        if not new or not versions:
+            return
+        skip = live - new
+        for version in versions:
+            if version.verified and await self._still(version):  # not flushed meanwhile
+                await self.wb.notify_all(Notice.pending(version), skip=skip)

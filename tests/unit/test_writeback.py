@@ -1,0 +1,247 @@
+"""Write-back (issue 14) without a network: three in-process nodes, each with its own journal
+(real files and sqlite in a tmp directory), ``WriteBack``, ``PendingLake`` under its read path,
+``CachedLake`` and ``Flusher``, over one in-memory lake; peers are the checked twin
+``MemoryPeers`` calling each node's ``JournalOwner`` (the code the peer API runs). Flushes are
+driven by calling the flusher's rounds, so nothing here depends on timing."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from doubles import B, BS, Clock, memory_lake
+
+from cachetier.blocks.store import MemoryBlockStore
+from cachetier.cachedlake import CachedLake
+from cachetier.cluster.config import MembershipConfig
+from cachetier.cluster.memory import MemoryPeers
+from cachetier.cluster.membership import Membership
+from cachetier.cluster.node import Cluster
+from cachetier.cluster.owner import Owner
+from cachetier.cluster.ring import Member
+from cachetier.context import RequestContext, WriteIntent, current
+from cachetier.errors import NoSuchKey, SlowDown
+from cachetier.lake import ListQuery, ObjectAttributes
+from cachetier.lake.memory import MemoryLake
+from cachetier.lake.ranges import ByteRange
+from cachetier.read.config import ReadConfig
+from cachetier.read.path import ReadPath
+from cachetier.telemetry.counters import CacheStats
+from cachetier.write.flusher import Flusher
+from cachetier.write.journal import Journal
+from cachetier.write.pending import pending_lake
+from cachetier.write.peers import JournalOwner
+from cachetier.write.writeback import MIN_PART, WriteBack, WriteBackConfig
+from policies.replication import Thresholds
+
+BACK = WriteIntent(back=True)
+
+
+class Node:
+    def __init__(self, name: str, lake: MemoryLake, directory: Path, owners: dict[str, Owner],
+                 journals: dict[str, JournalOwner], clock: Clock, config: WriteBackConfig) -> None:
+        self.member = Member(name, f"http://{name}:9000")
+        self.membership = Membership(self.member, MembershipConfig(64, 1, failure_timeout=30.0), clock=clock)
+        self.peers = MemoryPeers(self.member, owners, journals=journals)
+        self.cluster = Cluster(self.membership, self.peers, seeds=[])
+        self.journal = Journal(directory / name)
+        self.wb = WriteBack(self.journal, lake, config, me=name, cluster=self.cluster, peers=self.peers)
+        self.reads = ReadPath(pending_lake(lake, self.wb), MemoryBlockStore(1 << 30), CacheStats(),
+                              ReadConfig(block_size=BS, meta_ttl=60.0, readahead=0), clock=clock,
+                              l2=MemoryBlockStore(1 << 30), cluster=self.cluster)
+        self.wb.invalidate = self.reads.invalidate
+        self.cache = CachedLake(pending_lake(lake, self.wb), self.reads, cluster=self.cluster, writeback=self.wb)
+        self.flusher = Flusher(self.wb, grace=0.0)
+        owners[self.member.url] = Owner(self.cluster, self.reads, dict)
+        journals[self.member.url] = JournalOwner(name, self.journal, self.wb.on_notice, self.wb.on_copy)
+
+
+def cluster(tmp_path: Path, lake: MemoryLake, count: int = 3, **config: object) -> tuple[list[Node], Clock]:
+    clock = Clock()
+    owners: dict[str, Owner] = {}
+    journals: dict[str, JournalOwner] = {}
+    settings = WriteBackConfig(**{"replicas": 2, "sync_replicas": 2, **config})  # type: ignore[arg-type]
+    made = [Node(f"n{i}", lake, tmp_path, owners, journals, clock, settings) for i in range(count)]
+    for node in made:
+        for other in made:
+            node.membership.heard_from(other.member)
+    return made, clock
+
+
+def kill(dead: Node, others: list[Node], clock: Clock) -> None:
+    """``dead`` stops: the others stop hearing from it, and its peer calls fail."""
+    clock.now += 31
+    for node in others:
+        node.peers.down.add(dead.member.id)
+        for other in others:
+            node.membership.heard_from(other.member)
+        node.membership.tick()
+
+
+async def body(data: bytes) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), 1000):
+        yield data[start : start + 1000]
+
+
+async def put(node: Node, key: str, data: bytes, intent: WriteIntent = BACK) -> str:
+    current.set(RequestContext("t", write=intent))
+    result = await node.cache.put_object(B, key, body(data), len(data), ObjectAttributes("text/plain", {"a": "1"}))
+    return result.etag
+
+
+async def get(node: Node, key: str, rng: ByteRange | None = None) -> bytes:
+    stream = await node.cache.get_object(B, key, rng)
+    try:
+        return b"".join([bytes(p) async for p in stream.body])  # type: ignore[arg-type]
+    finally:
+        await stream.aclose()
+
+
+async def in_lake(lake: MemoryLake, key: str) -> bytes | None:
+    try:
+        stream = await lake.get_object(B, key)
+    except NoSuchKey:
+        return None
+    return b"".join([bytes(p) async for p in stream.body])  # type: ignore[arg-type]
+
+
+async def flush_all(nodes: list[Node]) -> None:
+    """Flusher rounds on every node until none has work running or startable."""
+    for _ in range(50):
+        for node in nodes:
+            await node.flusher.round()
+        running = [task for node in nodes for _, task in node.flusher.running.values()]
+        if not running:
+            if not any(node.journal.local_versions() and node.flusher.retry_at == {} for node in nodes):
+                return
+        await asyncio.gather(*running, return_exceptions=True)
+
+
+def md5(data: bytes) -> str:
+    return f'"{hashlib.md5(data).hexdigest()}"'  # noqa: S324
+
+
+@pytest.fixture
+def lake() -> MemoryLake:
+    return memory_lake(B)
+
+
+def test_a_write_back_put_is_acknowledged_before_the_lake_has_it_and_read_everywhere(
+        tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+    data = os.urandom(3 * BS + 17)
+
+    async def main() -> None:
+        assert await put(nodes[0], "k", data) == md5(data)
+        assert await in_lake(lake, "k") is None
+        for node in nodes:  # read-your-writes on every node, whole and ranged, HEAD too
+            assert await get(node, "k") == data
+            assert await get(node, "k", ByteRange(BS, 2 * BS)) == data[BS : 2 * BS + 1]
+            info = await node.cache.head_object(B, "k")
+            assert (info.etag, info.size, info.content_type, dict(info.metadata)) == (md5(data), len(data),
+                                                                                      "text/plain", {"a": "1"})
+            page = await node.cache.list_objects(B, ListQuery(v2=True))
+            assert [(e.key, e.etag) for e in page.entries] == [("k", md5(data))]
+        holders = [n for n in nodes if n.journal.pending_objects()]
+        assert len(holders) == 2 and nodes[0] in holders  # K = 2: this node and the next on the ring
+        await flush_all(nodes)
+        assert await in_lake(lake, "k") == data
+        assert (await lake.head_object(B, "k")).etag == md5(data)  # the ETag the client got
+        assert [n.journal.versions(B, "k") for n in nodes] == [[], [], []]  # copies and notices dropped
+        assert await get(nodes[2], "k") == data
+
+    asyncio.run(main())
+
+
+def test_a_later_put_is_never_overtaken_by_an_earlier_flush(tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+
+    async def main() -> None:
+        await put(nodes[0], "k", b"first")
+        await put(nodes[1], "k", b"second")  # another node: the first is superseded everywhere
+        await put(nodes[2], "k", b"third", WriteIntent())  # write-through: supersedes the pending
+        assert await in_lake(lake, "k") == b"third"
+        await flush_all(nodes)
+        assert await in_lake(lake, "k") == b"third"
+        for node in nodes:
+            assert await get(node, "k") == b"third"
+
+    asyncio.run(main())
+
+
+def test_a_pending_delete_hides_the_key_and_reaches_the_lake(tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+
+    async def main() -> None:
+        await put(nodes[0], "k", b"x", WriteIntent())
+        current.set(RequestContext("t", write=BACK))
+        await nodes[1].cache.delete_object(B, "k")
+        assert await in_lake(lake, "k") == b"x"
+        for node in nodes:
+            with pytest.raises(NoSuchKey):
+                await node.cache.head_object(B, "k")
+            assert (await node.cache.list_objects(B, ListQuery())).entries == []
+        await flush_all(nodes)
+        assert await in_lake(lake, "k") is None
+
+    asyncio.run(main())
+
+
+def test_the_surviving_copy_flushes_when_the_receiving_node_dies(tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, clock = cluster(tmp_path, lake)
+    data = os.urandom(2 * BS)
+
+    async def main() -> None:
+        await put(nodes[0], "k", data)
+        survivors = nodes[1:]
+        kill(nodes[0], survivors, clock)
+        assert await get(survivors[1], "k") == data  # still readable: from the surviving copy
+        await flush_all(survivors)
+        assert await in_lake(lake, "k") == data
+
+    asyncio.run(main())
+
+
+def test_multipart_in_write_back_keeps_the_parts_etag(tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+    parts = [os.urandom(MIN_PART), os.urandom(100)]
+
+    async def main() -> None:
+        current.set(RequestContext("t", write=BACK))
+        cache = nodes[0].cache
+        upload = await cache.create_multipart_upload(B, "mp", ObjectAttributes())
+        etags = [(n, (await cache.upload_part(B, "mp", upload, n, body(p), len(p))).etag)
+                 for n, p in enumerate(parts, 1)]
+        result = await cache.complete_multipart_upload(B, "mp", upload, etags)
+        assert result.etag.endswith('-2"')
+        whole = b"".join(parts)
+        edge = ByteRange(MIN_PART - 2 * BS, MIN_PART + 50)  # across the parts' boundary (1 KiB blocks)
+        assert await get(nodes[2], "mp", edge) == whole[MIN_PART - 2 * BS : MIN_PART + 51]
+        part = await nodes[1].cache.object_part(B, "mp", 2)
+        assert (part.first, part.last, part.parts_count) == (MIN_PART, MIN_PART + 99, 2)
+        await flush_all(nodes)
+        assert (await lake.head_object(B, "mp")).etag == result.etag
+        assert await in_lake(lake, "mp") == b"".join(parts)
+
+    asyncio.run(main())
+
+
+def test_past_t_plus_delta_writes_fall_back_and_slow_down_with_the_lake_down(
+        tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake, 1, replicas=1, sync_replicas=1, thresholds=Thresholds(100, 100))
+
+    async def main() -> None:
+        await put(nodes[0], "a", b"x" * 150)  # within T + delta: journaled
+        assert await in_lake(lake, "a") is None
+        await put(nodes[0], "b", b"y" * 100)  # past it: written through
+        assert await in_lake(lake, "b") == b"y" * 100
+        assert nodes[0].wb.counters["fallbacks"] == 1
+        nodes[0].wb.lake_health.set(False)
+        with pytest.raises(SlowDown):
+            await put(nodes[0], "c", b"z" * 100)
+
+    asyncio.run(main())
