@@ -125,12 +125,13 @@ class WriteSettings:
     flush_concurrency: int = 4
     flush_retry: float = 1.0
     copy_timeout: float = 30.0
+    flow_control: bool = True
 
     def config(self) -> WriteBackConfig:
         return WriteBackConfig(
             replicas=self.replicas, sync_replicas=self.sync_replicas, max_replicas=self.max_replicas,
             thresholds=Thresholds(self.dirty_soft, self.dirty_delta), copy_timeout=self.copy_timeout,
-            flush_concurrency=self.flush_concurrency, flush_retry=self.flush_retry,
+            flush_concurrency=self.flush_concurrency, flush_retry=self.flush_retry, flow_control=self.flow_control,
         )
 
 
@@ -233,6 +234,7 @@ class Environment(BaseSettings):
     write_flush_concurrency: int = Field(WriteSettings.flush_concurrency, ge=1, le=256)
     write_flush_retry: float = Field(WriteSettings.flush_retry, gt=0)
     write_copy_timeout: float = Field(WriteSettings.copy_timeout, gt=0)
+    write_flow_control: bool = WriteSettings.flow_control
 
     @field_validator("write_mode")
     @classmethod
@@ -663,7 +665,7 @@ def _write(env: Environment) -> WriteSettings:
         mode=env.write_mode, bucket_modes=parse_bucket_modes(env.write_mode_buckets), replicas=replicas,
         sync_replicas=sync, max_replicas=env.write_max_replicas, dirty_soft=thresholds.soft,
         dirty_delta=thresholds.delta, flush_concurrency=env.write_flush_concurrency,
-        flush_retry=env.write_flush_retry, copy_timeout=env.write_copy_timeout,
+        flush_retry=env.write_flush_retry, copy_timeout=env.write_copy_timeout, flow_control=env.write_flow_control,
     )
 
 

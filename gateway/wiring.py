@@ -43,7 +43,7 @@ from cachetier.telemetry.host import HostSampler
 from cachetier.telemetry.reuse import SIZING_SOCKET, ReuseHub, SizingProbe
 from cachetier.telemetry.snapshots import CacheSnapshot
 from cachetier.fairness.lake import metered
-from cachetier.write.flusher import Flusher
+from cachetier.write.flusher import BACKGROUND, Flusher
 from cachetier.write.journal import Journal
 from cachetier.write.pending import pending_lake
 from cachetier.write.peers import JournalOwner
@@ -325,8 +325,10 @@ def open_writeback(stack: contextlib.AsyncExitStack, settings: Settings, lake: L
 def start_flusher(stack: contextlib.AsyncExitStack, settings: Settings, writeback: WriteBack,
                   fairness: NodeFairness | None, tenants: TenantDirectory) -> None:
     """The node's flusher, in the worker that holds the journal's flush lock."""
+    waiting = (lambda: fairness.fairness.waiting("lake_bytes", besides=BACKGROUND)) if fairness is not None else (
+        lambda: False)
     flusher = Flusher(writeback, charge=fairness.acquire if fairness is not None else None,
-                      tenant_weights=tenants.weights,
+                      foreground_waiting=waiting, tenant_weights=tenants.weights,
                       grace=2 * settings.cluster.membership.failure_timeout if settings.cluster is not None else 0.0)
     lock_dir = journal_path(settings) if settings.server.workers > 1 else None
     start_task(stack, loop_lock(lock_dir, flusher.run))

@@ -124,6 +124,11 @@ class Fairness:
         self._pieces = {r: max(PIECE, self._queue.rate(r) * PIECE_TIME) for r in ("client_bytes", "lake_bytes")
                         if math.isfinite(self._queue.rate(r))}
 
+    def waiting(self, resource: str, besides: str = "") -> bool:
+        """Whether any tenant but ``besides`` has ``resource`` queued now (write-back's flusher
+        asks: foreground lake reads wait for the lake link)."""
+        return any(resource in queued for tenant, queued in self._queue.backlog().items() if tenant != besides)
+
     async def acquire(self, tenant: str, resource: str, amount: float) -> None:
         """Wait for ``tenant``'s turn to use ``amount`` of ``resource``; QueueFull past its bound.
         Bytes are taken in items of at most a piece each (``PIECE``, ``PIECE_TIME``), in turn: an

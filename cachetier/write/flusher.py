@@ -44,6 +44,7 @@ from policies import replication
 log = logging.getLogger("lakegate.write")
 
 Charge = Callable[[str, str, float], Awaitable[None]]
+BACKGROUND = "~writeback"  # the name flushed bytes are charged under on the lake budget (never a tenant's)
 Ident = tuple[str, str, int]
 _PERMANENT_RETRY = 60.0  # a version the lake refuses for good (its bucket gone) is tried again this late
 
@@ -91,7 +92,7 @@ async def _charged(pieces: AsyncIterator[bytes], tenant: str, charge: Charge | N
     try:
         async for piece in pieces:
             if charge is not None:
-                await charge(tenant, "lake_bytes", len(piece))
+                await charge(BACKGROUND, "lake_bytes", len(piece))
             yield piece
     finally:
         await pieces.aclose()  # type: ignore[attr-defined]
@@ -100,8 +101,10 @@ async def _charged(pieces: AsyncIterator[bytes], tenant: str, charge: Charge | N
 class Flusher:
     """The node's background write-back work, driven by ``run`` (in the worker that holds the
     flush lock). ``foreground_waiting`` says whether foreground lake reads wait for the lake
-    link (the fairness budget's queue); ``charge`` charges flushed bytes to their tenant's lake
-    budget (None: no fairness)."""
+    link (the fairness budget's queue); ``charge`` charges flushed bytes to the lake budget
+    under ``BACKGROUND`` (None: no fairness), so the link's budget holds for both directions'
+    sum and the tenants' reads are not starved by flushes. (Per tenant, the scheduler orders the
+    background work by the tenants' weights.)"""
 
     def __init__(self, writeback: WriteBack, *, charge: Charge | None = None,
                  foreground_waiting: Callable[[], bool] = lambda: False,
@@ -147,10 +150,15 @@ class Flusher:
         jobs = {job.id: (job, version) for version in versions for job in await self._jobs(version)}
         queued = tuple(job for job_id, (job, _) in jobs.items() if job_id not in self.running)
         dirty = sum(v.size for v in versions)
-        slots = replication.background_slots(self.wb.config.flush_concurrency, self.foreground_waiting(), dirty,
-                                             self.wb.config.thresholds)
-        snapshot = replication.Snapshot(queued, tuple(job for job, _ in self.running.values()), slots,
-                                        self.tenant_weights(), self.wb.config.position_weights)
+        config = self.wb.config
+        if config.flow_control:
+            slots = replication.background_slots(config.flush_concurrency, self.foreground_waiting(), dirty,
+                                                 config.thresholds)
+            weights, positions = self.tenant_weights(), config.position_weights
+        else:  # the ablation: all the slots, equal weights, nothing yields
+            slots, weights, positions = config.flush_concurrency, {}, (1.0,)
+        snapshot = replication.Snapshot(queued, tuple(job for job, _ in self.running.values()), slots, weights,
+                                        positions)
         decision = replication.decide(self.state, snapshot, time.monotonic())
         self.state = decision.state
         for job in decision.start:
@@ -237,8 +245,9 @@ class Flusher:
             if not await self._still(version):
                 return
             await asyncio.to_thread(self.journal.begin_flush, version, self.pid)
+            charge = self.charge if self.wb.config.flow_control else None
             try:
-                await write_to_lake(self.wb.lake, self.journal, version, lambda: self._still(version), self.charge)
+                await write_to_lake(self.wb.lake, self.journal, version, lambda: self._still(version), charge)
             finally:
                 await asyncio.to_thread(self.journal.end_flush, version)
         except Superseded:
@@ -275,8 +284,9 @@ class Flusher:
         cluster, peers = self.wb.cluster, self.wb.peers
         member = next((m for m in cluster.membership.peers() if m.id == holder), None) if cluster else None
         dirty = await asyncio.to_thread(self.journal.dirty_bytes)
-        if member is None or peers is None or not replication.async_copy_allowed(dirty, version.size,
-                                                                                  self.wb.config.thresholds):
+        held_back = self.wb.config.flow_control and not replication.async_copy_allowed(
+            dirty, version.size, self.wb.config.thresholds)
+        if member is None or peers is None or held_back:
             self.wb.counters["async_copy_failures"] += 1
             return
         md5 = version.md5

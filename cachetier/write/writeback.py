@@ -94,6 +94,7 @@ class WriteBackConfig:
     flush_concurrency: int = 4
     flush_retry: float = 1.0
     position_weights: tuple[float, ...] = replication.POSITION_WEIGHTS
+    flow_control: bool = True  # False (the benchmark's ablation): every slot, FIFO, no yielding, no hold above T
 
 
 @dataclass
