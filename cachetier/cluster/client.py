@@ -214,10 +214,10 @@ class PeerClient:
         except wire.WireError as exc:
             raise PeerUnavailable(f"{member.url}: bad notice answer: {exc}") from exc
 
-    async def journal_held(self, member: Member, query: HeldQuery, timeout: float) -> bool:
+    async def journal_held(self, member: Member, query: HeldQuery, timeout: float) -> Held:
         answer = await self._post(member.url, wire.JOURNAL_HELD, query.to_json(), timeout)
         try:
-            return Held.from_json(answer).held
+            return Held.from_json(answer)
         except wire.WireError as exc:
             raise PeerUnavailable(f"{member.url}: bad held answer: {exc}") from exc
 

@@ -127,9 +127,9 @@ class MemoryPeers:
         answer = await self._journal(member).notice(Notice.from_json(notice.to_json()), self.me.id)
         wire.Acknowledged.from_json(answer.to_json())
 
-    async def journal_held(self, member: Member, query: HeldQuery, timeout: float) -> bool:
+    async def journal_held(self, member: Member, query: HeldQuery, timeout: float) -> Held:
         answer = await self._journal(member).held(HeldQuery.from_json(query.to_json()), self.me.id)
-        return Held.from_json(answer.to_json()).held
+        return Held.from_json(answer.to_json())
 
     async def journal_body(self, member: Member, request: BodyRequest) -> AsyncIterator[bytes]:
         _, pieces = await self._journal(member).body(BodyRequest.from_query(request.to_query()))

@@ -36,7 +36,8 @@ from cachetier.cluster.client import PeerUnavailable
 from cachetier.errors import NoSuchKey, S3Error, ServiceUnavailable
 from cachetier.lake import Lake, ObjectAttributes
 from cachetier.write.journal import Journal, Version
-from cachetier.write.messages import Copy, HeldQuery, Notice
+from cachetier.cluster.ring import Member
+from cachetier.write.messages import Copy, Held, HeldQuery, Notice
 from cachetier.write.peers import Superseded, file_pieces
 from cachetier.write.writeback import WriteBack
 from policies import replication
@@ -46,6 +47,7 @@ log = logging.getLogger("lakegate.write")
 Charge = Callable[[str, str, float], Awaitable[None]]
 BACKGROUND = "~writeback"  # the name flushed bytes are charged under on the lake budget (never a tenant's)
 Ident = tuple[str, str, int]
+_VERIFY_PER_ROUND = 16  # unverified versions (after a restart) checked in one round
 _PERMANENT_RETRY = 60.0  # a version the lake refuses for good (its bucket gone) is tried again this late
 
 
@@ -146,6 +148,7 @@ class Flusher:
     async def round(self) -> None:
         """One scheduling round (tests call it directly)."""
         versions = await asyncio.to_thread(self.journal.local_versions)
+        versions = await self._verified(versions)
         await self._announce(versions)
         jobs = {job.id: (job, version) for version in versions for job in await self._jobs(version)}
         queued = tuple(job for job_id, (job, _) in jobs.items() if job_id not in self.running)
@@ -186,40 +189,67 @@ class Flusher:
                                                 f"copy|{order}|{holder}", version.seq))
         return jobs
 
+    async def _verified(self, versions: list[Version]) -> list[Version]:
+        """The versions to work on: a restarted node's unverified ones wait the grace period,
+        then each is checked once (``_wanted``: dropped when flushed or overtaken meanwhile,
+        kept otherwise), at most ``_VERIFY_PER_ROUND`` a round."""
+        if all(v.verified for v in versions):
+            return versions
+        if time.monotonic() - self.started < self.grace:
+            return [v for v in versions if v.verified]
+        kept, checked = [], 0
+        for version in versions:
+            if not version.verified:
+                if checked >= _VERIFY_PER_ROUND:
+                    continue
+                checked += 1
+                if not await self._wanted(version):
+                    log.info("write-back: %s/%s@%d was flushed or overtaken while this node was away: dropped",
+                             *ident(version))
+                    await self._drop(version)
+                    continue
+                await asyncio.to_thread(self.journal.mark_verified, version)
+            kept.append(version)
+        return kept
+
     async def _mine(self, version: Version) -> bool:
-        """Whether this node flushes ``version``: no earlier holder of it is live (or the live
-        ones no longer hold it); a restarted node's unverified versions wait the grace period."""
-        if not version.verified and time.monotonic() - self.started < self.grace:
-            return False
+        """Whether this node flushes ``version``: the receiving node does while it lives (no
+        question asked: it holds the version until it flushes it); after it, the first live
+        holder that still has it."""
         cluster = self.wb.cluster
         if cluster is None or version.position <= 0:
             return version.position >= 0
         live = {m.id: m for m in cluster.membership.peers()}
-        for holder in version.holders[: version.position]:
+        if version.holders[0] in live:
+            return False
+        for holder in version.holders[1 : version.position]:
             member = live.get(holder)
-            if member is not None and await self._holds(member, version):
+            if member is not None and (await self._holds(member, version)).held:
                 return False
         return True
 
-    async def _holds(self, member: object, version: Version) -> bool:
+    async def _holds(self, member: Member, version: Version) -> Held:
         peers = self.wb.peers
         if peers is None:
-            return False
+            return Held(False)
         try:
-            return await peers.journal_held(member, HeldQuery(*ident(version)), self.wb.config.notice_timeout)  # type: ignore[arg-type]
+            return await peers.journal_held(member, HeldQuery(*ident(version)), self.wb.config.notice_timeout)
         except PeerUnavailable:
-            return False
+            return Held(False)
 
     async def _wanted(self, version: Version) -> bool:
-        """An unverified version (this node restarted): still to be flushed, or already in the
-        lake (or overtaken there), or held by another live holder that will flush it."""
+        """An unverified version (this node restarted): kept while another live holder holds
+        it; dropped when one flushed it or saw it overtaken (its journal's gone mark); with no
+        holder that knows, dropped when the lake has it (same ETag) or something written after
+        it (Last-Modified, to the second), kept (and flushed) otherwise."""
         cluster = self.wb.cluster
         if cluster is not None:
             live = {m.id: m for m in cluster.membership.peers()}
-            for holder in version.holders:
-                member = live.get(holder)
-                if holder != self.wb.me and member is not None and await self._holds(member, version):
-                    return True
+            answers = [await self._holds(live[h], version) for h in version.holders if h != self.wb.me and h in live]
+            if any(a.gone for a in answers):
+                return False
+            if any(a.held for a in answers):
+                return True
         try:
             info = await self.wb.lake.head_object(version.bucket, version.key)
         except NoSuchKey:
@@ -235,13 +265,6 @@ class Flusher:
     async def _flush(self, version: Version) -> None:
         vid = ident(version)
         try:
-            if not version.verified:
-                if not await self._wanted(version):
-                    log.info("write-back: %s/%s@%d was flushed or overtaken while this node was away: dropped",
-                             *vid)
-                    await self._drop(version)
-                    return
-                await asyncio.to_thread(self.journal.mark_verified, version)
             if not await self._still(version):
                 return
             await asyncio.to_thread(self.journal.begin_flush, version, self.pid)

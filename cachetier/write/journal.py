@@ -256,6 +256,11 @@ class Journal:
         rows = self._query(f"SELECT {COLUMNS} FROM versions WHERE bucket = ? AND key = ? ORDER BY seq", bucket, key)
         return [version_of(row) for row in rows]
 
+    def gone_seq(self, bucket: str, key: str) -> int:
+        """Up to which seq the key's versions were flushed or overtaken here (0: none known)."""
+        rows = self._query("SELECT seq FROM gone WHERE bucket = ? AND key = ?", bucket, key)
+        return int(rows[0][0]) if rows else 0
+
     def last_seq(self, bucket: str, key: str) -> int:
         """The highest seq of the key this journal knows, pending or gone (0: none)."""
         rows = self._query("SELECT MAX(seq) FROM (SELECT seq FROM versions WHERE bucket = ? AND key = ?"

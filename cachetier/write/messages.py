@@ -11,7 +11,8 @@ every request is signed with the cluster HMAC like the rest of the peer API.
          flushed    the lake has the version: drop it and every older one of the key
          supersede  a write-through write of the key follows: drop the pending versions before
                     seq (answered once no flush of them is still running here)
-    POST journal/held    {bucket, key, seq}: answered {held: bool}
+    POST journal/held    {bucket, key, seq}: answered {held: bool, gone: bool} (gone: flushed
+                         or overtaken there)
     GET  journal/body?bucket=&key=&seq=&first=&last=   bytes of a version's body from its holder
 
 A copy's body is not covered by the HMAC digest (it streams, and may be gigabytes): the signed
@@ -188,17 +189,22 @@ class HeldQuery:
 
 @dataclass(frozen=True)
 class Held:
+    """The answer to journal/held: the version is in the receiver's journal (``held``), or
+    the receiver flushed it or saw it overtaken (``gone``); neither: it never had it."""
+
     held: bool
+    gone: bool = False
 
     def to_json(self) -> bytes:
-        return json.dumps({"held": self.held}).encode()
+        return json.dumps({"held": self.held, "gone": self.gone}).encode()
 
     @classmethod
     def from_json(cls, body: bytes) -> Self:
-        value = json_object(body).get("held")
-        if not isinstance(value, bool):
-            raise WireError("held must be true or false")
-        return cls(value)
+        doc = json_object(body)
+        held, gone = doc.get("held"), doc.get("gone", False)
+        if not isinstance(held, bool) or not isinstance(gone, bool):
+            raise WireError("held and gone must be true or false")
+        return cls(held, gone)
 
 
 @dataclass(frozen=True)

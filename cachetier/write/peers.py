@@ -37,7 +37,7 @@ class JournalPeers(Protocol):
 
     async def journal_notice(self, member: Member, notice: Notice, timeout: float) -> None: ...
 
-    async def journal_held(self, member: Member, query: HeldQuery, timeout: float) -> bool: ...
+    async def journal_held(self, member: Member, query: HeldQuery, timeout: float) -> Held: ...
 
     def journal_body(self, member: Member, request: BodyRequest) -> AsyncIterator[bytes]:
         """The bytes asked for, as they arrive; NotHeld, or PeerUnavailable (before or during)."""
@@ -109,7 +109,8 @@ class JournalOwner:
 
     async def held(self, query: HeldQuery, sender: str) -> Held:
         versions = await asyncio.to_thread(self.journal.versions, query.bucket, query.key)
-        return Held(any(v.seq == query.seq and v.local for v in versions))
+        gone = await asyncio.to_thread(self.journal.gone_seq, query.bucket, query.key)
+        return Held(any(v.seq == query.seq and v.local for v in versions), query.seq <= gone)
 
     async def body(self, request: BodyRequest) -> tuple[int, AsyncIterator[bytes]]:
         """The length and the pieces of the range asked for; NotHeld if this node has no such body."""

@@ -245,3 +245,24 @@ def test_past_t_plus_delta_writes_fall_back_and_slow_down_with_the_lake_down(
             await put(nodes[0], "c", b"z" * 100)
 
     asyncio.run(main())
+
+
+def test_a_returning_copy_does_not_flush_what_was_flushed_while_it_was_away(tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+    receiver = nodes[0]
+
+    async def main() -> None:
+        await put(receiver, "k", b"v1")
+        copy = next(n for n in nodes[1:] if n.journal.pending_objects())
+        receiver.peers.down.add(copy.member.id)  # away: it misses the flushed notice
+        await flush_all([receiver])
+        assert await in_lake(lake, "k") == b"v1" and copy.journal.pending_objects() == 1
+        await put(nodes[0], "k", b"v2", WriteIntent())  # a newer write-through while it is away
+        receiver.peers.down.discard(copy.member.id)
+        copy.journal.recover()  # it restarts: its copy is unverified
+        copy.flusher = Flusher(copy.wb, grace=0.0)
+        await flush_all(nodes)
+        assert copy.journal.pending_objects() == 0  # dropped, not flushed again over v2
+        assert await in_lake(lake, "k") == b"v2"
+
+    asyncio.run(main())
