@@ -49,7 +49,7 @@ from cachetier.read.path import ReadPath
 from policies import admission
 from cachetier.telemetry.snapshots import BlockLocation, CacheSnapshot, TierStats
 from cachetier.write.budget import MemoryBudget
-from cachetier.write.writeback import UPLOAD_PREFIX, WriteBack
+from cachetier.write.writeback import MODE_HEADER, UPLOAD_PREFIX, WriteBack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +103,15 @@ class CachedLake:
                 if result is not None:
                     return result
             await self.writeback.supersede(bucket, key)
+        result = await self._put_through(bucket, key, body, length, attrs, content_md5)
+        if context.write.back:  # asked for write-back, fell back: the answer says so
+            result = dataclasses.replace(result, headers={**result.headers, MODE_HEADER: "write-through"})
+        return result
+
+    async def _put_through(
+        self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes, content_md5: str | None
+    ) -> WriteResult:
+        context = current.get()
         self.reads.invalidate(bucket, key)
         tenant = context.tenant
         keep = admission.admits_write(self.limits, length, no_cache=current.get().no_cache)

@@ -57,6 +57,7 @@ from policies import replication
 
 log = logging.getLogger("lakegate.write")
 
+MODE_HEADER = "x-lakegate-write-mode"  # on a write's answer: how it was taken (a fallback says write-through)
 UPLOAD_PREFIX = "lgwb-"  # upload ids of write-back multipart uploads (the lake never sees them)
 MIN_PART = 5 << 20  # S3's (and RGW's default) smallest part but the last
 _WRITE_PIECE = 1 << 20
@@ -215,7 +216,8 @@ class WriteBack:
             await asyncio.to_thread(staged.abort)
             raise
         await self._replicate(version, md5, peers[: k - 1])
-        return WriteResult(version.etag, _datetime(version.last_modified), _checksums(attrs))
+        return WriteResult(version.etag, _datetime(version.last_modified),
+                           {**_checksums(attrs), MODE_HEADER: "write-back"})
 
     async def delete(self, bucket: str, key: str, intent: WriteIntent, tenant: str) -> bool:
         """A delete taken in write-back (False: do it through)."""
