@@ -27,6 +27,7 @@ from cachetier.blocks.store import BlockStore
 from cachetier.cluster.node import Cluster
 from cachetier.lake.conditions import Conditions
 from cachetier.context import current
+from cachetier.errors import BucketNotEmpty
 from cachetier.lake import (
     Body,
     BucketInfo,
@@ -223,6 +224,8 @@ class CachedLake:
             await self._written(bucket, [key])
 
     async def delete_bucket(self, bucket: str) -> None:
+        if self.writeback is not None and await self.writeback.has_pending_puts(bucket):
+            raise BucketNotEmpty()  # its pending writes would have nowhere to go
         try:
             await self.lake.delete_bucket(bucket)
         finally:

@@ -443,6 +443,16 @@ class WriteBack:
     async def latest(self, bucket: str, key: str) -> Version | None:
         return await asyncio.to_thread(self.journal.latest, bucket, key)
 
+    async def has_pending_puts(self, bucket: str) -> bool:
+        """Whether a write of the bucket is pending anywhere this node knows of (or an upload
+        of it is open here)."""
+        after = ""
+        while page := await asyncio.to_thread(self.journal.listing, bucket, "", after, 1000):
+            if any(v.kind == "put" for v in page):
+                return True
+            after = page[-1].key
+        return bool(await asyncio.to_thread(self.journal.uploads, bucket))
+
     def counter_values(self) -> dict[str, int]:
         return {name: self.counters[name] for name in COUNTERS}
 

@@ -24,7 +24,7 @@ from cachetier.cluster.node import Cluster
 from cachetier.cluster.owner import Owner
 from cachetier.cluster.ring import Member
 from cachetier.context import RequestContext, WriteIntent, current
-from cachetier.errors import NoSuchKey, SlowDown
+from cachetier.errors import BucketNotEmpty, NoSuchKey, SlowDown
 from cachetier.lake import ListQuery, ObjectAttributes
 from cachetier.lake.memory import MemoryLake
 from cachetier.lake.ranges import ByteRange
@@ -264,5 +264,19 @@ def test_a_returning_copy_does_not_flush_what_was_flushed_while_it_was_away(tmp_
         await flush_all(nodes)
         assert copy.journal.pending_objects() == 0  # dropped, not flushed again over v2
         assert await in_lake(lake, "k") == b"v2"
+
+    asyncio.run(main())
+
+
+def test_a_bucket_with_pending_writes_is_not_empty(tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+
+    async def main() -> None:
+        await put(nodes[0], "k", b"x")
+        with pytest.raises(BucketNotEmpty):
+            await nodes[2].cache.delete_bucket(B)  # a node that only knows it by its notice
+        await flush_all(nodes)
+        await lake.delete_object(B, "k")
+        await nodes[2].cache.delete_bucket(B)
 
     asyncio.run(main())
