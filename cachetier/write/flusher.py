@@ -148,6 +148,8 @@ class Flusher:
     async def round(self) -> None:
         """One scheduling round (tests call it directly)."""
         versions = await asyncio.to_thread(self.journal.local_versions)
+        if not versions:
+            self.wb.lake_health.set(True)  # nothing waits on the lake: "down" means a flush is failing
         versions = await self._verified(versions)
         await self._announce(versions)
         jobs = {job.id: (job, version) for version in versions for job in await self._jobs(version)}

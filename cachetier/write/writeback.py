@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import contextlib
+import os
 import base64
 import hashlib
 import logging
@@ -39,7 +41,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from cachetier.cluster.client import PeerUnavailable
@@ -98,16 +100,31 @@ class WriteBackConfig:
     flow_control: bool = True  # False (the benchmark's ablation): every slot, FIFO, no yielding, no hold above T
 
 
-@dataclass
 class LakeHealth:
-    """Whether the lake answered lately: the flusher's last outcome."""
+    """Whether the lake answered the flusher lately, for every worker of the node: the flusher
+    (one worker) sets it, a marker file in the journal's directory while the lake is down, and
+    every worker's intake reads it (a stat; without a directory, this process's own flag)."""
 
-    up: bool = True
-    since: float = field(default_factory=time.monotonic)
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        self._marker = None if directory is None else os.path.join(directory, "lake-down")
+        self._up = True
+
+    @property
+    def up(self) -> bool:
+        return self._up if self._marker is None else not os.path.exists(self._marker)
 
     def set(self, up: bool) -> None:
-        if up != self.up:
-            self.up, self.since = up, time.monotonic()
+        if up == self._up and self._marker is None:
+            return
+        self._up = up
+        if self._marker is None:
+            return
+        if up:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._marker)
+        elif not os.path.exists(self._marker):
+            with open(self._marker, "w"):
+                pass
 
 
 def etag_of(md5_hex: str) -> str:
@@ -138,7 +155,7 @@ class WriteBack:
         self.invalidate = invalidate  # forget this node's cached metadata of a key (every worker's)
         self.clock = clock
         self.counters: Counter[str] = Counter()
-        self.lake_health = LakeHealth()
+        self.lake_health = LakeHealth(journal.directory)
         self.wake = asyncio.Event()  # the flusher's, when it runs in this worker
         self._buckets: dict[str, float] = {}  # bucket -> until when it is known to exist
 
