@@ -327,6 +327,8 @@ def start_flusher(stack: contextlib.AsyncExitStack, settings: Settings, writebac
     """The node's flusher, in the worker that holds the journal's flush lock."""
     waiting = (lambda: fairness.fairness.waiting("lake_bytes", besides=BACKGROUND)) if fairness is not None else (
         lambda: False)
+    if fairness is not None:  # flushes yield the lake budget to tenants' reads (a tenth of the lightest's weight)
+        fairness.fairness.fix_weight(BACKGROUND, 0.1 * min(tenants.weights().values(), default=1.0))
     flusher = Flusher(writeback, charge=fairness.acquire if fairness is not None else None,
                       foreground_waiting=waiting, tenant_weights=tenants.weights,
                       grace=2 * settings.cluster.membership.failure_timeout if settings.cluster is not None else 0.0)

@@ -117,6 +117,8 @@ class Fairness:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._pieces: dict[str, float] = {}
+        self._weights: dict[str, float] = {}
+        self._fixed: dict[str, float] = {}
         self._size_pieces()
 
     def _size_pieces(self) -> None:
@@ -169,7 +171,14 @@ class Fairness:
         self.grant_due()
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
-        self._queue.set_weights(weights)
+        self._weights = dict(weights)
+        self._queue.set_weights({**weights, **self._fixed})
+
+    def fix_weight(self, name: str, weight: float) -> None:
+        """A weight that is not a tenant's and that the allocation never changes (write-back's
+        background flushes on the lake budget: a small one, so they yield to tenants' reads)."""
+        self._fixed[name] = weight
+        self._queue.set_weights({**self._weights, **self._fixed})
 
     def set_limits(self, limits: Mapping[str, Mapping[str, float]]) -> None:
         self._queue.set_limits(limits, self._clock())
