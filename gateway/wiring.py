@@ -53,7 +53,7 @@ from gateway.admission import NodeFairness, limited
 from gateway.fairpeer import FairnessMember, loop_lock
 from gateway.loops.allocation import allocation_loop
 from gateway.loops.placement import placement_loop
-from gateway.loops.telemetry import NodeTelemetry, peer_score, telemetry_loop
+from gateway.loops.telemetry import NodeTelemetry, PeerScores, telemetry_loop
 from gateway.loops.sizing import TierControl, initial_split, read_report, report_path, start_sizing
 from gateway.loops.membership import heartbeat_loop, host_load
 from gateway.metrics import (
@@ -477,6 +477,7 @@ async def running_node(
             stack.callback(fairness.fairness.close)
             lake = metered(lake, fairness.acquire)  # every lake read charged to its tenant
         counters = CacheStats()
+        telemetry = NodeTelemetry(HostSampler(settings.cache.directory))
         cache: CachedLake | None = None
         writeback: WriteBack | None = None
         cluster: Cluster | None = None
@@ -485,8 +486,9 @@ async def running_node(
             if settings.cluster is not None:
                 cluster = await open_cluster(stack, settings.cluster)
                 membership = cluster.membership
-                peer_replicas = Replicas(settings.replica_policy,
-                                         anomaly=lambda node: peer_score(membership.anomalies(node)))
+                scores = PeerScores(lambda: {m.id: membership.anomalies(m.id) for m in membership.peers()},
+                                    telemetry.reports)  # a peer unlike the others, not every busy one
+                peer_replicas = Replicas(settings.replica_policy, anomaly=scores)
             l2_capacity = settings.cluster.l2_capacity if settings.cluster is not None else 0
             weights = tenants.weights() if settings.fairness.occupancy else None
             l1_capacity, split_l2 = initial_split(settings)
@@ -510,7 +512,6 @@ async def running_node(
             member = FairnessMember(fairness, cluster, lambda: board_part(board, "fairness"),
                                     board.directory if board is not None else None)
             meter = _peer_meter(fairness, member)
-        telemetry = NodeTelemetry(HostSampler(settings.cache.directory))
         telemetry.share_with(lambda: board_part(board, "telemetry"))
         start_task(stack, telemetry_loop(telemetry))
         journal_owner = None

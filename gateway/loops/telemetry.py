@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -101,9 +102,28 @@ class NodeTelemetry:
         }
 
 
-def peer_score(reports: Sequence[wire.AnomalyReport]) -> float:
-    """A peer's anomaly score from its heartbeat's reports (``policies.anomaly.node_score``)."""
-    return anomaly.node_score([anomaly.Anomaly(r.metric, 0.0, 0.0, r.severity, 0.0) for r in reports])
+class PeerScores:
+    """Peers' anomaly scores relative to the cluster (``policies.anomaly.relative_scores``):
+    each live peer's reports against every live node's, this node's own included, computed
+    at most once per ``every`` seconds (scoring runs on each request's choice)."""
+
+    def __init__(self, peers: Callable[[], Mapping[str, Sequence[wire.AnomalyReport]]],
+                 own: Callable[[], Sequence[wire.AnomalyReport]], *, every: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.peers = peers
+        self.own = own
+        self.every = every
+        self.clock = clock
+        self._at = -math.inf
+        self._scores: dict[str, float] = {}
+
+    def __call__(self, node: str) -> float:
+        now = self.clock()
+        if now - self._at >= self.every:
+            rows = {name: [(r.metric, r.severity) for r in reports] for name, reports in self.peers().items()}
+            rows["\x00self"] = [(r.metric, r.severity) for r in self.own()]
+            self._scores, self._at = anomaly.relative_scores(rows), now
+        return self._scores.get(node, 0.0)
 
 
 def _published(docs: Sequence[Mapping[str, object]]) -> list[wire.AnomalyReport]:

@@ -128,3 +128,41 @@ def test_every_reported_anomaly_has_severity_at_least_one(values: list[float]) -
     for i, value in enumerate(values):
         state, anomalies = observe(state, {"disk_busy_percent": value, "dirty_bytes": value}, float(i))
         assert all(a.severity >= 1.0 and a.since <= i for a in anomalies)
+
+
+# ---- scores relative to the other nodes (issue 15: on a busy host every node crosses limits) -------
+
+
+def test_an_anomaly_every_node_shares_does_not_count_the_one_node_unlike_the_others_does() -> None:
+    from policies.anomaly import relative_scores
+
+    scores = relative_scores({
+        "a": [("cpu", 2.0)],
+        "b": [("cpu", 2.1)],
+        "c": [("cpu", 2.0), ("disk_busy", 4.0)],
+    })
+    assert scores["a"] == scores["b"] == 0.0
+    assert scores["c"] > 2.0  # its disk alone, at full severity
+    assert relative_scores({"a": [("cpu", 6.0)], "b": [("cpu", 2.0)], "c": [("cpu", 2.0)]})["a"] > 0
+    assert relative_scores({"a": [], "b": []}) == {"a": 0.0, "b": 0.0}
+
+
+def test_peer_scores_are_computed_once_per_interval_with_this_nodes_own_reports() -> None:
+    from cachetier.cluster.wire import AnomalyReport
+    from gateway.loops.telemetry import PeerScores
+
+    now = [0.0]
+    peers = {"p1": [AnomalyReport("cpu", 2.0, 5.0)], "p2": [AnomalyReport("iowait", 3.0, 5.0)]}
+    calls = []
+
+    def peer_reports() -> dict[str, list[AnomalyReport]]:
+        calls.append(now[0])
+        return peers
+
+    scores = PeerScores(peer_reports, lambda: [AnomalyReport("cpu", 2.0, 1.0)], every=0.5, clock=lambda: now[0])
+    assert scores("p1") == 0.0  # busy like this node: not held against it
+    assert scores("p2") > 0.0
+    assert scores("p3") == 0.0 and len(calls) == 1
+    now[0] = 1.0
+    scores("p1")
+    assert len(calls) == 2
