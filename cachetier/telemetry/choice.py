@@ -135,8 +135,22 @@ class Replicas:
                     "requests": target.requests,
                     "errors": target.errors,
                     "anomaly": round(candidate.anomaly, 4),
+                    **_rate_report(self.state.rates.get(name), now, self.config),
                 }
             return report
+
+
+def _rate_report(rate: selection.RateState | None, now: float, config: selection.ChoiceConfig
+                 ) -> dict[str, object]:
+    """C3's rate control of a candidate, for operators: its send limit per rate window now
+    (None: unlimited, its latency never rose), and how long ago it last backed off."""
+    if rate is None:
+        return {"send_limit": None, "backed_off_s_ago": None}
+    limit = selection.send_limit(rate, now, config)
+    return {
+        "send_limit": None if math.isinf(limit) else round(limit, 2),
+        "backed_off_s_ago": None if rate.backed_off_at is None else round(now - rate.backed_off_at, 3),
+    }
 
 
 class LakeChooser:

@@ -50,6 +50,8 @@ def test_micromon_leaves_a_slow_candidate_and_probes_it_back() -> None:
     latency["b"] = 0.02  # ten times slower
     slow = _serve(replicas, clock, latency, 2000, concurrency=4)  # about a second
     assert slow.get("b", 0) < 0.1 * 2000
+    backed = replicas.report()["b"]
+    assert backed["send_limit"] is not None and backed["backed_off_s_ago"] is not None  # C3's rate control shown
     latency["b"] = 0.002
     _serve(replicas, clock, latency, 4000, concurrency=4)  # a probe a second, each showing more of the recovery
     back = _serve(replicas, clock, latency, 2000, concurrency=4)
