@@ -143,7 +143,7 @@ class Sources:
             except BaseException:  # the lake's answer through the peer (412), a cancel: no peer fault
                 self._answered(member.id, True, begun, answers)
                 raise
-            self._answered(member.id, True, begun, answers)
+            self._answered(member.id, True, begun, [])  # timed to the block's last byte
             store = keeper(owned_here=False)
             if answers and answers[0][0].cached is not False:  # (None: a peer that does not say)
                 self._timed(store, started, fetch.size)
@@ -159,7 +159,9 @@ class Sources:
 
     def _answered(self, node: str, ok: bool, begun: float,
                   answers: list[tuple[wire.BlockAnswer, float]]) -> None:
-        """Tell ``replicas`` how the peer did: its latency to the answer's head (or to the failure)."""
+        """Tell ``replicas`` how the peer did: its latency to the answer's head when given (a
+        failure, a cancel), else to now. A served block is timed to its last byte: an owner
+        starved of CPU answers its head as soon as ever, and then streams slowly (issue 15)."""
         if self.replicas is not None:
             latency = (answers[0][1] if answers else time.monotonic()) - begun
             self.replicas.done(node, ok, latency)
