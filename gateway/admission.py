@@ -88,10 +88,11 @@ class NodeState:
     epoch: int = 0  # the update's (0: from the settings)
     leader: str = ""
     cluster_mmr: float | None = None  # the cluster's min-max ratio as the leader last measured it
+    nodes: dict[str, dict[str, float]] = field(default_factory=dict)  # every node's weights (RS)
 
     def to_doc(self) -> dict[str, object]:
         return {"weights": self.weights, "lake_capacity": self.lake_capacity, "limits": self.limits,
-                "epoch": self.epoch, "leader": self.leader, "cluster_mmr": self.cluster_mmr}
+                "epoch": self.epoch, "leader": self.leader, "cluster_mmr": self.cluster_mmr, "nodes": self.nodes}
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> NodeState:
@@ -99,7 +100,8 @@ class NodeState:
                    None if doc["lake_capacity"] is None else float(doc["lake_capacity"]),
                    {str(t): {str(r): float(v) for r, v in caps.items()} for t, caps in doc["limits"].items()},
                    int(doc["epoch"]), str(doc["leader"]),
-                   None if doc.get("cluster_mmr") is None else float(doc["cluster_mmr"]))
+                   None if doc.get("cluster_mmr") is None else float(doc["cluster_mmr"]),
+                   {str(n): {str(t): float(w) for t, w in row.items()} for n, row in doc.get("nodes", {}).items()})
 
 
 Amounts = dict[str, dict[str, float]]  # tenant -> resource -> amount
@@ -234,6 +236,11 @@ class NodeFairness:
 
     # ---- the node's state, set by the leader ----------------------------------------------
 
+    def weight_on(self, node: str, tenant: str) -> float | None:
+        """``tenant``'s local weight on ``node`` as the leader last set it (None: not known)."""
+        row = self.state.nodes.get(node)
+        return None if row is None else row.get(tenant)
+
     def apply(self, state: NodeState) -> bool:
         """An update from the leader: applied here and written for the node's other workers.
         An update older than the one applied (same leader, lower epoch) is ignored: False."""
@@ -248,7 +255,7 @@ class NodeFairness:
         weights = dict(self.global_weights)
         weights.update({t: w for t, w in state.weights.items() if t in weights and w > 0})
         self.state = NodeState(weights, state.lake_capacity, state.limits, state.epoch, state.leader,
-                               state.cluster_mmr)
+                               state.cluster_mmr, state.nodes)
         self._capacity = self._even(self.capacity())  # until the next division by demand
         self._weights = dict(weights)
         self._limits = {t: self._even(caps) for t, caps in state.limits.items()}

@@ -110,8 +110,9 @@ class FairnessMember:
 
     async def apply_weights(self, update: wire.WeightsUpdate, sender: str) -> None:
         limits = {t: dict(caps) for t, caps in update.limits.items()}
+        nodes = {n: dict(w) for n, w in update.nodes.items()}
         self.fairness.apply(NodeState(dict(update.weights), update.lake_capacity, limits, update.epoch, update.leader,
-                                      update.cluster_mmr))
+                                      update.cluster_mmr, nodes))
 
     async def apply_partitions(self, update: wire.PartitionsUpdate, sender: str) -> None:
         if self._shared is not None:

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 from cachetier.blocks.spaceipc import RemoteSpace, SpaceConnection, socket_path
 from cachetier.blocks.store import BlockStore, DiskBlockStore
 from cachetier.cachedlake import CachedLake
+from cachetier.context import current
 from cachetier.cluster.membership import Membership
 from cachetier.cluster.node import Cluster
 from cachetier.cluster.client import PeerClient
@@ -437,6 +438,14 @@ def fairness_loops(settings: Settings, tenants: TenantDirectory, cluster: Cluste
     return run
 
 
+def _tenant_weight_on(fairness: NodeFairness | None) -> Callable[[str], float | None] | None:
+    """The request's tenant's local weight on a node, as the fairness leader last set them all
+    (Pisces RS: a candidate where the tenant weighs more serves it sooner); None without fairness."""
+    if fairness is None:
+        return None
+    return lambda node: fairness.weight_on(node, current.get().tenant)
+
+
 def _peer_meter(fairness: NodeFairness, member: FairnessMember) -> Meter:
     """What each piece of a block served to a peer costs: the owner's bytes sent, charged to the
     tenant the peer named, and counted as its partition's demand (placement's input)."""
@@ -488,7 +497,8 @@ async def running_node(
                 membership = cluster.membership
                 scores = PeerScores(lambda: {m.id: membership.anomalies(m.id) for m in membership.peers()},
                                     telemetry.reports)  # a peer unlike the others, not every busy one
-                peer_replicas = Replicas(settings.replica_policy, anomaly=scores)
+                peer_replicas = Replicas(settings.replica_policy, anomaly=scores,
+                                         weight=_tenant_weight_on(fairness))
             l2_capacity = settings.cluster.l2_capacity if settings.cluster is not None else 0
             weights = tenants.weights() if settings.fairness.occupancy else None
             l1_capacity, split_l2 = initial_split(settings)

@@ -518,6 +518,7 @@ MAX_NAME = 64
 MAX_PARTITIONS = 512  # partitions a report carries demand for (the busiest)
 MAX_ROWS = 1 << 16  # rows of a partition table
 MAX_OWNERS = 16  # owners of one partition
+MAX_NODES = 256  # nodes a weights update names
 _MAX_WINDOW = 3600.0
 
 PerResource = Mapping[str, float]  # resource (one of RESOURCES) -> amount
@@ -666,21 +667,29 @@ class WeightsUpdate:
     lake_capacity: float | None = None
     limits: Mapping[str, PerResource] = field(default_factory=dict)
     cluster_mmr: float | None = None  # the min-max ratio the leader measured over the last window
+    # every node's local weights of this round (node -> tenant -> weight), for replica choice by
+    # the tenant's weight on each candidate (Pisces RS); left out when empty (older leaders)
+    nodes: Mapping[str, PerTenant] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        return _checked(self, {"leader": self.leader, "epoch": self.epoch, "weights": dict(self.weights),
-                       "lake_capacity": self.lake_capacity, "limits": _nested(self.limits),
-                       "cluster_mmr": self.cluster_mmr})
+        doc: dict[str, object] = {"leader": self.leader, "epoch": self.epoch, "weights": dict(self.weights),
+                                  "lake_capacity": self.lake_capacity, "limits": _nested(self.limits),
+                                  "cluster_mmr": self.cluster_mmr}
+        if self.nodes:
+            doc["nodes"] = _nested(self.nodes)
+        return _checked(self, doc)
 
     @classmethod
     def from_json(cls, body: bytes) -> Self:
         doc = json_object(body)
         leader, epoch = _leader_epoch(doc)
         lake, mmr = doc.get("lake_capacity"), doc.get("cluster_mmr")
+        nodes = _mapping(doc.get("nodes", {}), "nodes", bound=MAX_NODES)
         return cls(leader, epoch, _per_tenant(doc.get("weights"), "weights"),
                    None if lake is None else _amount(lake, "lake_capacity"),
                    _per_tenant_resource(doc.get("limits", {}), "limits"),
-                   None if mmr is None else _amount(mmr, "cluster_mmr"))
+                   None if mmr is None else _amount(mmr, "cluster_mmr"),
+                   {_name(n, "nodes"): _per_tenant(w, f"nodes.{n}") for n, w in nodes.items()})
 
 
 @dataclass(frozen=True)

@@ -50,11 +50,13 @@ class Replicas:
     """See the module docstring. ``anomaly(id)``: the candidate's anomaly score (0: none)."""
 
     def __init__(self, policy: str, *, anomaly: Callable[[str], float] | None = None,
+                 weight: Callable[[str], float | None] | None = None,
                  clock: Callable[[], float] = time.monotonic, seed: int | None = None,
                  config: selection.ChoiceConfig = selection.ChoiceConfig()) -> None:
         selection.score(policy, selection.Candidate(""), config)  # an unknown policy fails here
         self.policy = policy
         self.anomaly = anomaly or (lambda _: 0.0)
+        self.weight = weight or (lambda _: None)  # the request's tenant's local weight on a candidate (RS)
         self.clock = clock
         self.config = config
         self.state = selection.EMPTY_CHOICE
@@ -72,7 +74,7 @@ class Replicas:
     def _candidate(self, name: str) -> selection.Candidate:
         t = self._target(name)
         return selection.Candidate(name, outstanding=t.outstanding, latency_s=t.latency_s, anomaly=self.anomaly(name),
-                                   last_tried=t.last_tried)
+                                   weight=self.weight(name), last_tried=t.last_tried)
 
     def order(self, names: Sequence[str]) -> list[str]:
         """``names`` in the order to try them; the first is counted as chosen."""

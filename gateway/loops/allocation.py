@@ -151,8 +151,9 @@ def weight_updates(
     lake = lake_shares(reports, lake_bandwidth, held or {}, split)
     caps = limit_shares(reports, limits or {}, held or {}, split)
     mmr = cluster_mmr(reports, global_weights)
-    return {node: wire.WeightsUpdate(leader, epoch, weights.get(node, inputs.current[node]), lake.get(node), caps[node],
-                                     None if mmr is None else round(mmr, 4))
+    table = {node: dict(weights.get(node, inputs.current[node])) for node in reports}
+    return {node: wire.WeightsUpdate(leader, epoch, table[node], lake.get(node), caps[node],
+                                     None if mmr is None else round(mmr, 4), table)
             for node in reports}
 
 

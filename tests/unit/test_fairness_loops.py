@@ -192,7 +192,7 @@ def test_a_node_the_policy_leaves_out_keeps_its_current_weights() -> None:
     report = wire.DemandReport("n0", 1, 1.0, {}, {}, {}, {"a": 4.0}, {}, "v")
     updates = weight_updates({"n0": report}, {"a": 1.0}, leader="n0", epoch=3, allocate=lambda *a, **k: {},
                              split=proportional)
-    assert updates == {"n0": wire.WeightsUpdate("n0", 3, {"a": 4.0}, None, {})}
+    assert updates == {"n0": wire.WeightsUpdate("n0", 3, {"a": 4.0}, None, {}, None, {"n0": {"a": 4.0}})}
 
 
 # ---- placement -----------------------------------------------------------------------------------

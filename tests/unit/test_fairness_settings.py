@@ -133,9 +133,11 @@ def test_a_leader_update_reaching_one_worker_reaches_the_others(tmp_path: Path) 
     settings = FairnessSettings(request_rate=100.0)
     one = NodeFairness(settings, TenantDirectory(list(tenants)), workers=2, directory=tmp_path, clock=lambda: 0.0)
     two = NodeFairness(settings, TenantDirectory(list(tenants)), workers=2, directory=tmp_path, clock=lambda: 0.0)
-    assert one.apply(NodeState({"a": 1.5, "b": 0.5}, 7e6, {}, epoch=5, leader="n1", cluster_mmr=0.9))
+    assert one.apply(NodeState({"a": 1.5, "b": 0.5}, 7e6, {}, epoch=5, leader="n1", cluster_mmr=0.9,
+                               nodes={"n1": {"a": 1.5}, "n2": {"a": 0.25}}))
     two.tick([])  # the other worker's next second
     assert two.state.weights == {"a": 1.5, "b": 0.5} and two.state.lake_capacity == 7e6
     assert two.state.cluster_mmr == 0.9
+    assert two.weight_on("n2", "a") == 0.25 and two.weight_on("n2", "b") is None and two.weight_on("n9", "a") is None
     one.tick([])  # its own write is not news to the worker that wrote it
     assert one.state.epoch == 5

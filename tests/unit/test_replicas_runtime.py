@@ -102,3 +102,13 @@ def test_the_lake_chooser_counts_a_retry_on_a_fallback_as_not_begun() -> None:
     report = replicas.report()
     assert report[order[0]]["outstanding"] == 0 and report[order[1]]["outstanding"] == 0
     assert report[order[0]]["errors"] == 1 and report[order[1]]["requests"] == 1
+
+
+def test_the_tenants_weight_on_a_candidate_steers_micromon_pisces_rs() -> None:
+    """Equal candidates but for the tenant's local weight on them (as the fairness leader set
+    them all): the one where it weighs 4x is chosen more."""
+    clock = Clock()
+    weights = {"a": 4.0, "b": 1.0}
+    replicas = Replicas("micromon", clock=clock, seed=3, weight=weights.__getitem__)
+    chosen = _serve(replicas, clock, {"a": 0.004, "b": 0.004}, 400, concurrency=4)
+    assert chosen.get("a", 0) > chosen.get("b", 0)

@@ -55,6 +55,9 @@ def test_the_fields_are_named_as_documented() -> None:
     update = wire.WeightsUpdate("n0", 7, {"a": 2.0}, None, {"a": {"requests": 10.0}})
     assert json.loads(update.to_json()) == {
         "leader": "n0", "epoch": 7, "weights": {"a": 2.0}, "lake_capacity": None, "limits": {"a": {"requests": 10.0}}, "cluster_mmr": None}
+    rs = wire.WeightsUpdate("n0", 7, {"a": 2.0}, None, {}, None, {"n0": {"a": 2.0}, "n1": {"a": 0.5}})
+    assert json.loads(rs.to_json())["nodes"] == {"n0": {"a": 2.0}, "n1": {"a": 0.5}}  # every node's (Pisces RS)
+    assert wire.WeightsUpdate.from_json(rs.to_json()) == rs
     table = wire.PartitionsUpdate("n0", 8, "v1", (("n0", "n1"), ("n1",)))
     assert json.loads(table.to_json()) == {"leader": "n0", "epoch": 8, "base_version": "v1",
                                            "table": [["n0", "n1"], ["n1"]]}
