@@ -33,8 +33,10 @@ from __future__ import annotations
 import asyncio
 import binascii
 import base64
+import contextlib
 import hashlib
 import logging
+import os
 import secrets
 import time
 from collections import Counter
@@ -99,14 +101,33 @@ class WriteBackConfig:
 
 @dataclass
 class LakeHealth:
-    """Whether the lake answered lately: the flusher's last outcome."""
+    """Whether the lake answered lately: the flusher's last outcome. With ``marker`` (a file in
+    the node's journal directory, there while the lake is down) it is the node's, shared by its
+    workers: one worker runs the flusher that finds the lake down, every worker's intake must
+    answer SlowDown past T + delta (not write through to a lake that is not answering)."""
 
-    up: bool = True
+    marker: str | None = None
     since: float = field(default_factory=time.monotonic)
+    _up: bool = True
+
+    @property
+    def up(self) -> bool:
+        if self.marker is None:
+            return self._up
+        return not os.path.exists(self.marker)  # one stat: no thread needed
 
     def set(self, up: bool) -> None:
-        if up != self.up:
-            self.up, self.since = up, time.monotonic()
+        if up == self.up:
+            return
+        self._up, self.since = up, time.monotonic()
+        if self.marker is None:
+            return
+        if up:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.marker)
+        else:
+            with open(self.marker, "w"):
+                pass
 
 
 def etag_of(md5_hex: str) -> str:
@@ -137,7 +158,7 @@ class WriteBack:
         self.invalidate = invalidate  # forget this node's cached metadata of a key (every worker's)
         self.clock = clock
         self.counters: Counter[str] = Counter()
-        self.lake_health = LakeHealth()
+        self.lake_health = LakeHealth(os.path.join(journal.directory, "lake-down"))  # the node's
         self.wake = asyncio.Event()  # the flusher's, when it runs in this worker
         self._buckets: dict[str, float] = {}  # bucket -> until when it is known to exist
 
