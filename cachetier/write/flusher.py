@@ -129,6 +129,7 @@ class Flusher:
 
     async def run(self) -> None:
         log.info("this worker (pid %d) runs the node's write-back flusher", self.pid)
+        self.wb.lake_health.set(True)  # what a previous run found is not known now: the next flush tells
         try:
             while True:
                 try:

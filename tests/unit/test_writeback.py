@@ -280,3 +280,24 @@ def test_a_bucket_with_pending_writes_is_not_empty(tmp_path: Path, lake: MemoryL
         await nodes[2].cache.delete_bucket(B)
 
     asyncio.run(main())
+
+
+def test_the_lake_found_down_by_the_flushing_worker_slows_down_every_worker_of_the_node(
+        tmp_path: Path, lake: MemoryLake) -> None:
+    """A node of two workers: each its own WriteBack over the node's one journal; only one runs
+    the flusher, yet past T + delta the other's writers get SlowDown too, not a write-through."""
+    nodes, _ = cluster(tmp_path, lake, 1, replicas=1, sync_replicas=1, thresholds=Thresholds(100, 100))
+    config = nodes[0].wb.config
+    other = WriteBack(Journal(tmp_path / "n0"), lake, config, me="n0")
+    nodes[0].wb.lake_health.set(False)  # the flusher's worker found the lake down
+    assert other.lake_health.up is False
+    current.set(RequestContext("t", write=BACK))
+
+    async def main() -> None:
+        with pytest.raises(SlowDown):
+            await other.put(B, "c", body(b"z" * 250), 250, ObjectAttributes(), None, BACK, "t")
+        nodes[0].wb.lake_health.set(True)
+        assert other.lake_health.up is True
+        assert await other.put(B, "d", body(b"z" * 250), 250, ObjectAttributes(), None, BACK, "t") is None
+
+    asyncio.run(main())
