@@ -450,6 +450,7 @@ def plots(result: dict[str, Any], directory: Path, suffix: str = "") -> list[Pat
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     from harness.results import save_figure
 
@@ -478,6 +479,7 @@ def plots(result: dict[str, Any], directory: Path, suffix: str = "") -> list[Pat
         if lat:
             ax.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], label=f"{c} (p99 {runs[c]['summary']['reads']['p99_ms']:.0f} ms)")
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("foreground read latency, ms (cold GETs of 1-4 MiB through the lake link)")
     ax.set_ylabel("CDF")
     ax.legend(fontsize=7)
