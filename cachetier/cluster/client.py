@@ -20,7 +20,7 @@ from cachetier.cluster.ring import Member
 from cachetier.errors import PreconditionFailed
 from cachetier.lake import ObjectInfo
 from cachetier.net.transport import LakeTransport
-from cachetier.write.messages import BodyRequest, Copy, Held, HeldQuery, Notice
+from cachetier.write.messages import BodyRequest, Copied, Copy, Held, HeldQuery, Notice
 from cachetier.write.peers import NotHeld
 
 
@@ -191,7 +191,7 @@ class PeerClient:
 
     # ---- write-back (cachetier.write.peers.JournalPeers) ---------------------------------------
 
-    async def journal_copy(self, member: Member, copy: Copy, body: AsyncIterator[bytes], timeout: float) -> None:
+    async def journal_copy(self, member: Member, copy: Copy, body: AsyncIterator[bytes], timeout: float) -> str:
         query = copy.to_query()
         headers = wire.sign(self.secret, self.me.id, "PUT", wire.JOURNAL_COPY, query, now=self.clock(), streamed=True)
         headers |= {"content-type": "application/octet-stream", "content-length": str(copy.version.size)}
@@ -203,7 +203,7 @@ class PeerClient:
         if resp.status_code != 200:
             raise PeerUnavailable(f"{member.id}: journal copy answered {resp.status_code}: {resp.text[:200]}")
         try:
-            wire.Acknowledged.from_json(resp.content)
+            return Copied.from_json(resp.content).md5
         except wire.WireError as exc:
             raise PeerUnavailable(f"{member.id}: bad copy answer: {exc}") from exc
 

@@ -19,7 +19,7 @@ from cachetier.cluster.owner import Owner, WrongBlockSize
 from cachetier.cluster.ring import Member
 from cachetier.errors import NoSuchKey, PreconditionFailed, S3Error
 from cachetier.lake import ObjectInfo
-from cachetier.write.messages import BodyRequest, Copy, Held, HeldQuery, Notice
+from cachetier.write.messages import BodyRequest, Copied, Copy, Held, HeldQuery, Notice
 from cachetier.write.peers import JournalOwner
 
 
@@ -115,13 +115,13 @@ class MemoryPeers:
             raise PeerUnavailable(f"{member.url}: no answer")
         return journal
 
-    async def journal_copy(self, member: Member, copy: Copy, body: AsyncIterator[bytes], timeout: float) -> None:
+    async def journal_copy(self, member: Member, copy: Copy, body: AsyncIterator[bytes], timeout: float) -> str:
         journal = self._journal(member)
         try:
             answer = await journal.copy(copy.to_query(), body)
         except (wire.WireError, S3Error, OSError) as exc:
             _unavailable(member.id, exc)
-        wire.Acknowledged.from_json(answer.to_json())
+        return Copied.from_json(answer.to_json()).md5
 
     async def journal_notice(self, member: Member, notice: Notice, timeout: float) -> None:
         answer = await self._journal(member).notice(Notice.from_json(notice.to_json()), self.me.id)

@@ -4,7 +4,8 @@ keep every node's view of the pending writes true. Paths are in ``cachetier.clus
 every request is signed with the cluster HMAC like the rest of the peer API.
 
     PUT  journal/copy?version=<JSON>&md5=<hex>   the body: a durable copy in the receiver's journal
-                                                 (answered {ok} once committed: fsynced)
+                                                 (answered {ok, md5} once committed: fsynced; md5
+                                                 empty: streamed, the sender checks the answer's)
     POST journal/notice  {kind, version | bucket, key, seq}
          pending    a write acknowledged elsewhere: forget cached metadata, drop older versions
                     of the key (and stop flushing them), remember where the body is
@@ -16,7 +17,9 @@ every request is signed with the cluster HMAC like the rest of the peer API.
     GET  journal/body?bucket=&key=&seq=&first=&last=   bytes of a version's body from its holder
 
 A copy's body is not covered by the HMAC digest (it streams, and may be gigabytes): the signed
-query names its MD5, which the receiver checks before it commits.
+query names its MD5, which the receiver checks before it commits, or (a copy streamed while the
+client's body still arrives) the receiver answers the MD5 it got and the sender checks it
+before the 200, dropping the copy (a supersede notice) when it differs.
 """
 
 from __future__ import annotations
@@ -109,10 +112,13 @@ def version_from(doc: Mapping[str, object], position: int = -1) -> Version:
 
 @dataclass(frozen=True)
 class Copy:
-    """PUT journal/copy: ``version``'s body follows, ``md5`` (hex) of its bytes."""
+    """PUT journal/copy: ``version``'s body follows, ``md5`` (hex) of its bytes when known
+    before it is sent; "" for a copy streamed as the client's body arrives, checked by its
+    sender against the MD5 the receiver answers (``Copied``) before the write is acknowledged.
+    A put's ``etag`` "" means the body's MD5 (the receiver fills it in)."""
 
     version: Version
-    md5: str
+    md5: str = ""
 
     def to_query(self) -> str:
         return urlencode({"version": json.dumps(version_doc(self.version)), "md5": self.md5})
@@ -129,9 +135,27 @@ class Copy:
         holders = doc.get("holders")
         if not isinstance(holders, list) or me not in holders:
             raise WireError(f"this node ({me}) is not among the copy's holders")
-        if len(md5) != 32 or any(c not in "0123456789abcdef" for c in md5):
-            raise WireError("md5 must be 32 hex digits")
+        if md5 and (len(md5) != 32 or any(c not in "0123456789abcdef" for c in md5)):
+            raise WireError("md5 must be 32 hex digits (or empty: streamed)")
         return cls(version_from(doc, holders.index(me)), md5)
+
+
+@dataclass(frozen=True)
+class Copied:
+    """The answer to a copy: committed, with the MD5 of the body as the receiver got it."""
+
+    md5: str
+
+    def to_json(self) -> bytes:
+        return json.dumps({"ok": True, "md5": self.md5}).encode()
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        doc = json_object(body)
+        md5 = doc.get("md5", "")
+        if doc.get("ok") is not True or not isinstance(md5, str):
+            raise WireError("not a copy's answer")
+        return cls(md5)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ the in-memory twin ``cachetier.cluster.memory.MemoryPeers``, both of which imple
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,8 +17,8 @@ from typing import Protocol, runtime_checkable
 from cachetier.cluster.ring import Member
 from cachetier.cluster.wire import Acknowledged, WireError
 from cachetier.lake import prepend
-from cachetier.write.journal import Journal, Version
-from cachetier.write.messages import BodyRequest, Copy, Held, HeldQuery, Notice
+from cachetier.write.journal import Journal, Staged, Version
+from cachetier.write.messages import BodyRequest, Copied, Copy, Held, HeldQuery, Notice
 
 log = logging.getLogger("lakegate.write")
 
@@ -30,9 +31,9 @@ class NotHeld(Exception):
 
 @runtime_checkable
 class JournalPeers(Protocol):
-    async def journal_copy(self, member: Member, copy: Copy, body: AsyncIterator[bytes], timeout: float) -> None:
-        """A durable copy of ``copy.version`` on ``member`` (returns once it is committed there);
-        PeerUnavailable otherwise."""
+    async def journal_copy(self, member: Member, copy: Copy, body: AsyncIterator[bytes], timeout: float) -> str:
+        """A durable copy of ``copy.version`` on ``member``; returns once it is committed there,
+        with the MD5 of the body it got. PeerUnavailable otherwise."""
         ...
 
     async def journal_notice(self, member: Member, notice: Notice, timeout: float) -> None: ...
@@ -71,6 +72,21 @@ class Superseded(Exception):
     """A later write of the key was acknowledged: this version must not reach the lake."""
 
 
+async def _write(staged: Staged, body: AsyncIterator[bytes]) -> None:
+    """``body`` into ``staged``, about a piece at a time (HTTP hands over 64 KiB chunks: one
+    thread hop each would cost more than the writes)."""
+    batch: list[bytes] = []
+    held = 0
+    async for chunk in body:
+        batch.append(chunk)
+        held += len(chunk)
+        if held >= PIECE:
+            await asyncio.to_thread(staged.write, b"".join(batch))
+            batch, held = [], 0
+    if batch:
+        await asyncio.to_thread(staged.write, b"".join(batch))
+
+
 class JournalOwner:
     """The receiving side of the journal routes, over this node's ``Journal``. ``me`` is this
     node's id; ``on_notice`` is the write-back engine's handling of a notice (forget metadata,
@@ -83,25 +99,29 @@ class JournalOwner:
         self.on_notice = on_notice
         self.on_copy = on_copy
 
-    async def copy(self, query: str, body: AsyncIterator[bytes]) -> Acknowledged:
-        """Commit the body that follows as a copy of the version the query names (its MD5 checked)."""
+    async def copy(self, query: str, body: AsyncIterator[bytes]) -> Copied:
+        """Commit the body that follows as a copy of the version the query names (its MD5
+        checked when named; a put's empty ETag filled with the body's MD5)."""
         copy = Copy.from_query(query, self.me)
+        version = copy.version
         staged = await asyncio.to_thread(self.journal.stage)
         try:
-            async for piece in body:
-                await asyncio.to_thread(staged.write, piece)
-            if staged.size != copy.version.size or staged.md5_hex() != copy.md5:
+            await _write(staged, body)
+            md5 = staged.md5_hex()
+            if staged.size != version.size or (copy.md5 and md5 != copy.md5):
                 raise WireError("the copy's body is not the one its query names")
-            await self.on_copy(copy.version)  # older versions go first: this one is the latest
-            if copy.version.kind == "delete":
+            if version.kind == "put" and not version.etag:
+                version = dataclasses.replace(version, etag=f'"{md5}"')
+            await self.on_copy(version)  # older versions go first: this one is the latest
+            if version.kind == "delete":
                 await asyncio.to_thread(staged.abort)
-                await asyncio.to_thread(self.journal.commit, copy.version, None)
+                await asyncio.to_thread(self.journal.commit, version, None)
             else:
-                await asyncio.to_thread(self.journal.commit, copy.version, staged)
+                await asyncio.to_thread(self.journal.commit, version, staged)
         except BaseException:
             await asyncio.to_thread(staged.abort)
             raise
-        return Acknowledged()
+        return Copied(md5)
 
     async def notice(self, notice: Notice, sender: str) -> Acknowledged:
         await self.on_notice(notice, sender)

@@ -31,18 +31,20 @@ runs the flusher.
 from __future__ import annotations
 
 import asyncio
+import base64
 import binascii
 import contextlib
-import os
-import base64
+import dataclasses
 import hashlib
 import logging
+import os
 import secrets
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from cachetier.cluster.client import PeerUnavailable
 from cachetier.cluster.node import Cluster
@@ -63,6 +65,8 @@ MODE_HEADER = "x-lakegate-write-mode"  # on a write's answer: how it was taken (
 UPLOAD_PREFIX = "lgwb-"  # upload ids of write-back multipart uploads (the lake never sees them)
 MIN_PART = 5 << 20  # S3's (and RGW's default) smallest part but the last
 _WRITE_PIECE = 1 << 20
+_FEED_DEPTH = 8  # pieces queued for a synchronous copy at most
+_FEED_PIECE = 128 << 10  # bytes handed to a copy at a time (a client's chunks joined)
 
 # counter name -> help text (exported as lakegate_writeback_<name>_total)
 COUNTERS = {
@@ -213,28 +217,56 @@ class WriteBack:
         self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes,
         content_md5: str | None, intent: WriteIntent, tenant: str,
     ) -> WriteResult | None:
-        """The write, acknowledged in write-back; None (body untouched): write it through."""
+        """The write, acknowledged in write-back; None (body untouched): write it through.
+
+        The synchronous copies stream to their peers as the body arrives (each a bounded feed: a
+        slow peer slows the upload), so a copy costs the write little more than its last piece
+        and the peer's fsync. The last piece reaches them only once the whole body was checked
+        (length, Content-MD5), so a body that fails leaves no copy anywhere; a copy whose peer
+        got other bytes (its answered MD5) counts as failed."""
         n, k = self.replication(intent)
         peers = await self._admit(length, k, bucket, key, n)
         if peers is None:
             return None
-        staged = await self._stage(body)
+        sync = peers[: k - 1]
+        draft = self._version(bucket, key, await self._seq(bucket, key), "put", "", length, attrs, tenant, peers, n, k)
+        feeds = [_Feed() for _ in sync]
+        for member, feed in zip(sync, feeds):
+            feed.start(self._stream_copy(member, draft, feed))
         try:
-            if staged.size != length:
-                raise BadDigest("The body's length is not the one declared.")
-            md5 = staged.md5_hex()
-            if content_md5 is not None and _md5_b64(md5) != content_md5.strip():
-                raise BadDigest()
-            version = self._version(bucket, key, await self._seq(bucket, key), "put", etag_of(md5), length, attrs,
-                                    tenant, peers, n, k)
-            await self._supersede_local(version)
-            await asyncio.to_thread(self.journal.commit, version, staged)
+            staged, last = await self._stage(body, feeds)
+            try:
+                if staged.size != length:
+                    raise BadDigest("The body's length is not the one declared.")
+                md5 = staged.md5_hex()
+                if content_md5 is not None and _md5_b64(md5) != content_md5.strip():
+                    raise BadDigest()
+                version = dataclasses.replace(draft, etag=etag_of(md5))
+                await self._supersede_local(version)
+                for feed in feeds:  # checked: the copies may complete
+                    await feed.finish(last)
+                await asyncio.to_thread(self.journal.commit, version, staged)
+            except BaseException:
+                await asyncio.to_thread(staged.abort)
+                raise
         except BaseException:
-            await asyncio.to_thread(staged.abort)
+            for feed in feeds:
+                feed.fail()
+            if any(feed.finished for feed in feeds):  # a copy may have committed: drop it there
+                await self.notify_all(Notice("supersede", bucket, key, draft.seq + 1),
+                                      only={m.id for m in sync})
+            await asyncio.gather(*(feed.task for feed in feeds if feed.task), return_exceptions=True)
             raise
-        await self._replicate(version, md5, peers[: k - 1])
+        answers = await asyncio.gather(*(feed.task for feed in feeds if feed.task), return_exceptions=True)
+        failed = [a if isinstance(a, BaseException) else ValueError(f"the copy got other bytes (MD5 {a})")
+                  for a in answers if isinstance(a, BaseException) or a != md5]
+        await self._settle(version, failed, {m.id for m in sync})
         return WriteResult(version.etag, _datetime(version.last_modified),
                            {**_checksums(attrs), MODE_HEADER: "write-back"})
+
+    async def _stream_copy(self, member: Member, draft: Version, feed: _Feed) -> str:
+        assert self.peers is not None
+        return await self.peers.journal_copy(member, Copy(draft), feed.pieces(), self.config.copy_timeout)
 
     async def delete(self, bucket: str, key: str, intent: WriteIntent, tenant: str) -> bool:
         """A delete taken in write-back (False: do it through)."""
@@ -258,36 +290,59 @@ class WriteBack:
             sync=min(k, 1 + len(peers)),
         )
 
-    async def _stage(self, body: Body) -> Staged:
-        """The body in a journal tmp file, written a piece (about 1 MiB) at a time in a thread."""
+    async def _stage(self, body: Body, feeds: Sequence[_Feed] = ()) -> tuple[Staged, bytes | None]:
+        """The body in a journal tmp file, written a piece (about 1 MiB) at a time in a thread,
+        and handed to ``feeds`` in pieces of ``_FEED_PIECE`` or more but the last, which is
+        returned (for the feeds, once the caller checked the whole)."""
         staged = await asyncio.to_thread(self.journal.stage)
+        held: bytes | None = None  # the latest feed piece, not yet handed on
         try:
             batch: list[bytes] = []
-            held = 0
+            size = 0
+            fed: list[bytes] = []
+            fed_size = 0
             async for chunk in body:
                 batch.append(chunk)
-                held += len(chunk)
-                if held >= _WRITE_PIECE:
+                size += len(chunk)
+                if feeds:
+                    fed.append(chunk)
+                    fed_size += len(chunk)
+                    if fed_size >= _FEED_PIECE:
+                        if held is not None:
+                            for feed in feeds:
+                                await feed.put(held)
+                        held, fed, fed_size = b"".join(fed), [], 0
+                if size >= _WRITE_PIECE:
                     await asyncio.to_thread(staged.write, b"".join(batch))
-                    batch, held = [], 0
+                    batch, size = [], 0
             if batch:
                 await asyncio.to_thread(staged.write, b"".join(batch))
+            if fed:  # the tail joins the held piece: the last piece is all that follows
+                if held is not None:
+                    for feed in feeds:
+                        await feed.put(held)
+                held = b"".join(fed)
         except BaseException:
             await asyncio.to_thread(staged.abort)
             raise
-        return staged
+        return staged, held
 
     async def _replicate(self, version: Version, md5: str, sync: list[Member]) -> None:
-        """The synchronous copies, then the notices to every other live node; if a copy fails,
-        the version goes to the lake before the answer (or the write fails: nothing stays)."""
+        """The synchronous copies of a committed version (its body read back from the journal),
+        then ``_settle``."""
         results = await asyncio.gather(*(self._copy(m, version, md5) for m in sync), return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
+        await self._settle(version, failed, {m.id for m in sync})
+
+    async def _settle(self, version: Version, failed: list[BaseException], copied: set[str]) -> None:
+        """After the copies: the notices to every other live node; if a copy failed, the
+        version goes to the lake before the answer (or the write fails: nothing stays)."""
         if failed:
             self.counters["copy_failures"] += len(failed)
             log.warning("write-back copy of %s/%s failed (%s): writing it to the lake now", version.bucket,
                         version.key, failed[0])
             await self._flush_now(version)
-        copied = {m.id for m in sync} if not failed else set()
+            copied = set()
         await self.notify_all(Notice.pending(version), skip=copied)
         self.invalidate(version.bucket, version.key)
         self.counters["accepted"] += 1
@@ -328,7 +383,7 @@ class WriteBack:
     async def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: Body, length: int,
                           content_md5: str | None) -> WriteResult:
         await self._upload(bucket, key, upload_id)
-        staged = await self._stage(body)
+        staged, _ = await self._stage(body)
         try:
             if staged.size != length:
                 raise BadDigest("The body's length is not the one declared.")
@@ -440,10 +495,12 @@ class WriteBack:
         self.invalidate(version.bucket, version.key)
         self.counters["copies_received"] += 1
 
-    async def notify_all(self, notice: Notice, skip: set[str] | frozenset[str] = frozenset()) -> None:
+    async def notify_all(self, notice: Notice, skip: set[str] | frozenset[str] = frozenset(),
+                         only: set[str] | None = None) -> None:
+        """``notice`` to every live peer (but those in ``skip``; only those in ``only``, if given)."""
         if self.cluster is None or self.peers is None:
             return
-        members = [m for m in self.cluster.membership.peers() if m.id not in skip]
+        members = [m for m in self.cluster.membership.peers() if m.id not in skip and (only is None or m.id in only)]
         results = await asyncio.gather(
             *(self.peers.journal_notice(m, notice, self.config.notice_timeout) for m in members), return_exceptions=True)
         self.counters["notices_sent"] += len(members)
@@ -488,6 +545,54 @@ class WriteBack:
             "defaults": {"replicas": self.config.replicas, "sync_replicas": self.config.sync_replicas},
             "counters": self.counter_values(),
         }
+
+
+class _Feed:
+    """The body as it arrives, for one synchronous copy: a bounded queue (a slow peer slows
+    the upload, no body piles up in memory) that its copy task reads; ``fail`` makes the copy's
+    body raise, so the peer discards it."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=_FEED_DEPTH)
+        self.task: asyncio.Task[str] | None = None
+        self.finished = False
+
+    def start(self, copy: Coroutine[Any, Any, str]) -> None:
+        self.task = asyncio.ensure_future(copy)
+
+    async def put(self, item: bytes | BaseException | None) -> None:
+        """``item`` for the copy, unless its task already ended (a failed peer stalls nothing)."""
+        if self.task is None or self.task.done():
+            return
+        if not self.queue.full():
+            self.queue.put_nowait(item)
+            return
+        putter = asyncio.ensure_future(self.queue.put(item))
+        await asyncio.wait({putter, self.task}, return_when=asyncio.FIRST_COMPLETED)
+        if not putter.done():
+            putter.cancel()
+
+    async def finish(self, last: bytes | None) -> None:
+        if last is not None:
+            await self.put(last)
+        await self.put(None)
+        self.finished = True
+
+    def fail(self) -> None:
+        try:
+            self.queue.put_nowait(ConnectionAbortedError("the write failed: this copy is void"))
+        except asyncio.QueueFull:
+            if self.task is not None:
+                self.task.cancel()
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        while True:
+            item = await self.queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
 
 
 async def _empty() -> AsyncIterator[bytes]:

@@ -24,7 +24,7 @@ from cachetier.cluster.node import Cluster
 from cachetier.cluster.owner import Owner
 from cachetier.cluster.ring import Member
 from cachetier.context import RequestContext, WriteIntent, current
-from cachetier.errors import BucketNotEmpty, NoSuchKey, SlowDown
+from cachetier.errors import BadDigest, BucketNotEmpty, NoSuchKey, SlowDown
 from cachetier.lake import ListQuery, ObjectAttributes
 from cachetier.lake.memory import MemoryLake
 from cachetier.lake.ranges import ByteRange
@@ -299,5 +299,28 @@ def test_the_lake_found_down_by_the_flushing_worker_slows_down_every_worker_of_t
         nodes[0].wb.lake_health.set(True)
         assert other.lake_health.up is True
         assert await other.put(B, "d", body(b"z" * 250), 250, ObjectAttributes(), None, BACK, "t") is None
+
+    asyncio.run(main())
+
+
+def test_a_body_that_fails_leaves_no_copy_on_any_node(tmp_path: Path, lake: MemoryLake) -> None:
+    """The synchronous copy streams as the body arrives; a body that fails (here at its very
+    end, as a checksum checked on the last piece does) leaves nothing on this node or its peer."""
+    nodes, _ = cluster(tmp_path, lake)
+
+    async def failing() -> AsyncIterator[bytes]:
+        for _ in range(40):
+            yield b"x" * 1000
+        raise BadDigest()
+
+    async def main() -> None:
+        current.set(RequestContext("t", write=BACK))
+        with pytest.raises(BadDigest):
+            await nodes[0].cache.put_object(B, "k", failing(), 40_000, ObjectAttributes())
+        for node in nodes:
+            assert node.journal.versions(B, "k") == [] and node.journal.check() == []
+        assert await in_lake(lake, "k") is None
+        await put(nodes[0], "k", b"after")  # the key works as before
+        assert await get(nodes[1], "k") == b"after"
 
     asyncio.run(main())
