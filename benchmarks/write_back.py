@@ -139,6 +139,13 @@ def replica_timeline(acks: Mapping[str, float], landed: Mapping[str, float]) -> 
             "last_landed_s": rounded(max(landed[k] for k in acks if k in landed), 3) if lags else None}
 
 
+def background_reads(gets: Sequence[Request], drained_at: float, writers_done: float) -> list[float]:
+    """The latencies of the reads begun while background work ran: before ``drained_at`` (every
+    journal empty), or ``writers_done`` when nothing drained (write-through)."""
+    until = drained_at if drained_at == drained_at else writers_done
+    return [r.latency for r in gets if r.ok and r.start < until]
+
+
 def all_drained(reports: Mapping[str, Mapping[str, Any]]) -> bool:
     """Every node's journal empty (``pending_objects`` 0; a missing report is not drained)."""
     return bool(reports) and all(int(r.get("pending_objects", 1)) == 0 for r in reports.values())
@@ -156,7 +163,8 @@ def targets(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     checks = [
         Target("job_completion_speedup_fc_vs_write_through", 1 - job_ratio, TARGET_JOB_SPEEDUP_MIN, True),
         Target("put_p50_fc_over_write_through", _ratio(fc["put"]["p50_ms"], wt["put"]["p50_ms"]), TARGET_PUT_P50_MAX, False),
-        Target("read_p99_fc_over_no_fc", _ratio(fc["reads"]["p99_ms"], nofc["reads"]["p99_ms"]), TARGET_READ_P99_MAX, False),
+        Target("read_p99_fc_over_no_fc", _ratio(fc["reads_background"]["p99_ms"], nofc["reads_background"]["p99_ms"]),
+               TARGET_READ_P99_MAX, False),
     ]
     out: dict[str, Any] = {t.name: t.as_dict() for t in checks}
     out["all_met"] = all(t.met for t in checks)
@@ -167,6 +175,7 @@ def targets(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         "read_p99_no_fc_over_write_through": rounded(_ratio(nofc["reads"]["p99_ms"], wt["reads"]["p99_ms"])),
         "read_p99_fc_over_write_through": rounded(_ratio(fc["reads"]["p99_ms"], wt["reads"]["p99_ms"])),
         "read_p999_fc_over_no_fc": rounded(_ratio(fc["reads"]["p999_ms"], nofc["reads"]["p999_ms"])),
+        "read_p99_whole_window_fc_over_no_fc": rounded(_ratio(fc["reads"]["p99_ms"], nofc["reads"]["p99_ms"])),
         "drain_fc_over_no_fc": rounded(_ratio(fc["drain_s"], nofc["drain_s"])),
     }
     return out
@@ -347,6 +356,9 @@ class Bench:
             "jobs": job_completions(puts),
             "put": latency_summary([r.latency for r in puts if r.ok]),
             "reads": latency_summary([r.latency for r in gets if r.ok]),
+            # the reads that ran beside background work: begun before every journal was empty
+            # (write-through: before the writers finished); after it, all configs read alike
+            "reads_background": latency_summary(background_reads(gets, out.drained_at, out.writers_done)),
             "read_mib": rounded(sum(r.bytes for r in gets if r.ok) / MiB, 1),
             "read_mib_per_s": rounded(sum(r.bytes for r in gets if r.ok) / MiB / max(r.end for r in gets), 2) if gets else 0.0,
             "idle_put": latency_summary(idle),
@@ -603,6 +615,10 @@ def main(argv: list[str] | None = None) -> int:
         "targets": targets(summaries) if all(c in summaries for c in CONFIGS) else None,
         "runs": runs,
         "notes": [
+            "read_p99_fc_over_no_fc (the target) compares the reads begun while background work ran (before every "
+            "journal was empty; write-through: before the writers finished): after the drain the configs read "
+            "alike, and the whole window's p99 (read_p99_whole_window_fc_over_no_fc) dilutes the difference by the "
+            "drain's length",
             "replica completion timeline: the driver HEADs each acknowledged key not yet seen directly at the RGW "
             f"every {POLL_S} s (through the shaped lake link, so a HEAD may queue behind flushes and reads: the "
             "lake time is an upper bound, a fraction of a second late)",
