@@ -214,6 +214,8 @@ class CachedLake:
             await self._written(bucket, [key])
 
     async def delete_bucket(self, bucket: str) -> None:
+        if self.writeback is not None:
+            await self.writeback.before_delete_bucket(bucket)
         try:
             await self.lake.delete_bucket(bucket)
         finally:

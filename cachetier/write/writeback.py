@@ -47,7 +47,7 @@ from cachetier.cluster.node import Cluster
 from cachetier.cluster.ring import Member
 from cachetier.context import WriteIntent
 from cachetier.errors import (
-    BadDigest, EntityTooSmall, InvalidPart, InvalidPartOrder, NoSuchUpload, ServiceUnavailable, SlowDown,
+    BadDigest, BucketNotEmpty, EntityTooSmall, InvalidPart, InvalidPartOrder, NoSuchUpload, ServiceUnavailable, SlowDown,
 )
 from cachetier.lake import Body, Lake, ObjectAttributes, PartInfo, PartsPage, UploadInfo, WriteResult
 from cachetier.write.journal import Journal, Staged, Upload, Version
@@ -372,6 +372,22 @@ class WriteBack:
     async def uploads(self, bucket: str) -> list[UploadInfo]:
         rows = await asyncio.to_thread(self.journal.uploads, bucket)
         return [UploadInfo(u.key, u.upload_id, _datetime(u.created)) for u in rows]
+
+    async def before_delete_bucket(self, bucket: str) -> None:
+        """Before a DeleteBucket: BucketNotEmpty while an object of the bucket is pending (the lake
+        does not have it yet, and would drop it); this node's pending deletes in it go to the lake
+        first (the lake still holds those objects, and would refuse)."""
+        latest: list[Version] = []
+        after = ""
+        while page := await asyncio.to_thread(self.journal.listing, bucket, "", after, 1000):
+            latest += page
+            after = page[-1].key
+        if any(v.kind != "delete" for v in latest):
+            raise BucketNotEmpty(resource=bucket)
+        for version in latest:
+            if version.local:
+                await self._flush_now(version)
+                await self.notify_all(Notice("flushed", bucket, version.key, version.seq))
 
     # ---- order per key -------------------------------------------------------------------------
 

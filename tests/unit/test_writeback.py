@@ -24,8 +24,8 @@ from cachetier.cluster.node import Cluster
 from cachetier.cluster.owner import Owner
 from cachetier.cluster.ring import Member
 from cachetier.context import RequestContext, WriteIntent, current
-from cachetier.errors import NoSuchKey, SlowDown
-from cachetier.lake import ListQuery, ObjectAttributes
+from cachetier.errors import BucketNotEmpty, NoSuchBucket, NoSuchKey, SlowDown
+from cachetier.lake import ListQuery, ObjectAttributes, WriteResult
 from cachetier.lake.memory import MemoryLake
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.config import ReadConfig
@@ -91,6 +91,15 @@ async def put(node: Node, key: str, data: bytes, intent: WriteIntent = BACK) -> 
     current.set(RequestContext("t", write=intent))
     result = await node.cache.put_object(B, key, body(data), len(data), ObjectAttributes("text/plain", {"a": "1"}))
     return result.etag
+
+
+async def multipart(node: Node, key: str, parts: list[bytes]) -> WriteResult:
+    """A multipart upload of ``parts`` in write-back through ``node``, completed."""
+    current.set(RequestContext("t", write=BACK))
+    upload = await node.cache.create_multipart_upload(B, key, ObjectAttributes())
+    etags = [(n, (await node.cache.upload_part(B, key, upload, n, body(p), len(p))).etag)
+             for n, p in enumerate(parts, 1)]
+    return await node.cache.complete_multipart_upload(B, key, upload, etags)
 
 
 async def get(node: Node, key: str, rng: ByteRange | None = None) -> bytes:
@@ -211,12 +220,7 @@ def test_multipart_in_write_back_keeps_the_parts_etag(tmp_path: Path, lake: Memo
     parts = [os.urandom(MIN_PART), os.urandom(100)]
 
     async def main() -> None:
-        current.set(RequestContext("t", write=BACK))
-        cache = nodes[0].cache
-        upload = await cache.create_multipart_upload(B, "mp", ObjectAttributes())
-        etags = [(n, (await cache.upload_part(B, "mp", upload, n, body(p), len(p))).etag)
-                 for n, p in enumerate(parts, 1)]
-        result = await cache.complete_multipart_upload(B, "mp", upload, etags)
+        result = await multipart(nodes[0], "mp", parts)
         assert result.etag.endswith('-2"')
         whole = b"".join(parts)
         edge = ByteRange(MIN_PART - 2 * BS, MIN_PART + 50)  # across the parts' boundary (1 KiB blocks)
@@ -245,3 +249,24 @@ def test_past_t_plus_delta_writes_fall_back_and_slow_down_with_the_lake_down(
             await put(nodes[0], "c", b"z" * 100)
 
     asyncio.run(main())
+
+
+def test_delete_bucket_is_refused_while_an_object_is_pending_and_sends_pending_deletes_first(
+        tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+
+    async def main() -> None:
+        await put(nodes[0], "old", b"x", WriteIntent())  # in the lake
+        await put(nodes[0], "new", b"y")  # pending: the lake's bucket holds "old" only
+        with pytest.raises(BucketNotEmpty):
+            await nodes[1].cache.delete_bucket(B)
+        current.set(RequestContext("t", write=BACK))
+        await nodes[0].cache.delete_object(B, "old")
+        await nodes[0].cache.delete_object(B, "new")  # both deletes pending: the bucket is empty
+        await nodes[0].cache.delete_bucket(B)  # not BucketNotEmpty from the lake, that still held "old"
+        with pytest.raises(NoSuchBucket):
+            await lake.head_bucket(B)
+        assert [n.journal.pending_objects() for n in nodes] == [0, 0, 0]
+
+    asyncio.run(main())
+
