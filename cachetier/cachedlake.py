@@ -288,11 +288,13 @@ class CachedLake:
         page = await self.lake.list_multipart_uploads(bucket, query)
         if self.writeback is None:
             return page
+        flushes = await self.writeback.flush_uploads(bucket, page.uploads)
         mine = [u for u in await self.writeback.uploads(bucket) if u.key.startswith(query.prefix)
                 and (u.key, u.upload_id) > (query.key_marker, query.upload_id_marker)]
-        if not mine:
+        if not mine and not flushes:
             return page
-        uploads = sorted([*page.uploads, *mine], key=lambda u: (u.key, u.upload_id))
+        visible = [u for u in page.uploads if u.upload_id not in flushes]
+        uploads = sorted([*visible, *mine], key=lambda u: (u.key, u.upload_id))
         return dataclasses.replace(page, uploads=uploads)
 
     # ---- queries (the admin endpoints and /metrics) -----------------------------------------

@@ -389,6 +389,22 @@ class WriteBack:
                 await self._flush_now(version)
                 await self.notify_all(Notice("flushed", bucket, version.key, version.seq))
 
+    async def flush_uploads(self, bucket: str, uploads: list[UploadInfo]) -> set[str]:
+        """The ids of those lake uploads that are flushes (``flusher.write_to_lake``) of pending
+        multipart versions: every lake upload of a key whose newest pending version has parts.
+        ListMultipartUploads does not show them: the client never created them (and its abort
+        would fail the flush). A client's own write-through upload of such a key is hidden too
+        until the flush ends (the lake's upload ids cannot tell the two apart)."""
+
+        def flushes() -> set[str]:
+            latest: dict[str, Version | None] = {}
+            for upload in uploads:
+                if upload.key not in latest:
+                    latest[upload.key] = self.journal.latest(bucket, upload.key)
+            return {u.upload_id for u in uploads if (v := latest[u.key]) is not None and v.part_sizes}
+
+        return await asyncio.to_thread(flushes) if uploads else set()
+
     # ---- order per key -------------------------------------------------------------------------
 
     async def _supersede_local(self, version: Version) -> None:

@@ -25,7 +25,7 @@ from cachetier.cluster.owner import Owner
 from cachetier.cluster.ring import Member
 from cachetier.context import RequestContext, WriteIntent, current
 from cachetier.errors import BucketNotEmpty, NoSuchBucket, NoSuchKey, SlowDown
-from cachetier.lake import ListQuery, ObjectAttributes, WriteResult
+from cachetier.lake import ListQuery, ObjectAttributes, UploadsQuery, WriteResult
 from cachetier.lake.memory import MemoryLake
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.config import ReadConfig
@@ -270,3 +270,18 @@ def test_delete_bucket_is_refused_while_an_object_is_pending_and_sends_pending_d
 
     asyncio.run(main())
 
+
+def test_list_multipart_uploads_does_not_show_the_flush_of_a_pending_multipart_object(
+        tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+    parts = [os.urandom(MIN_PART), os.urandom(100)]
+
+    async def main() -> None:
+        await multipart(nodes[0], "mp", parts)
+        await lake.create_multipart_upload(B, "mp", ObjectAttributes())  # the flusher's, in flight
+        theirs = await lake.create_multipart_upload(B, "other", ObjectAttributes())  # a client's
+        for node in nodes:  # every node knows "mp" is pending
+            page = await node.cache.list_multipart_uploads(B, UploadsQuery())
+            assert [(u.key, u.upload_id) for u in page.uploads] == [("other", theirs)]
+
+    asyncio.run(main())
