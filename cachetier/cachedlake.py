@@ -220,6 +220,8 @@ class CachedLake:
             await self.lake.delete_bucket(bucket)
         finally:
             self.reads.meta.invalidate_bucket(bucket)
+            if self.writeback is not None:
+                self.writeback.forget_bucket(bucket)
             if self.cluster is not None:
                 await self.cluster.broadcast_invalidate(bucket, None)
 

@@ -175,6 +175,10 @@ class WriteBack:
             return
         self._buckets[bucket] = time.monotonic() + 300.0
 
+    def forget_bucket(self, bucket: str) -> None:
+        """After a DeleteBucket: the next write-back write to ``bucket`` asks the lake again."""
+        self._buckets.pop(bucket, None)
+
     async def _admit(self, length: int, k: int, bucket: str, key: str, n: int) -> list[Member] | None:
         """The peers to hold copies (the first K - 1 synchronously), or None: write it through."""
         await self.check_bucket(bucket)

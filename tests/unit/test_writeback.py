@@ -285,3 +285,20 @@ def test_list_multipart_uploads_does_not_show_the_flush_of_a_pending_multipart_o
             assert [(u.key, u.upload_id) for u in page.uploads] == [("other", theirs)]
 
     asyncio.run(main())
+
+
+def test_a_write_back_put_to_a_bucket_deleted_meanwhile_is_no_such_bucket(tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+
+    async def main() -> None:
+        await put(nodes[0], "k", b"x")  # this node has seen the bucket exist
+        await flush_all(nodes)
+        await put(nodes[0], "k", b"", WriteIntent())
+        current.set(RequestContext("t"))
+        await nodes[0].cache.delete_object(B, "k")
+        await nodes[0].cache.delete_bucket(B)
+        with pytest.raises(NoSuchBucket):  # not acknowledged, to fail at the flush
+            await put(nodes[0], "k", b"y")
+        assert nodes[0].journal.pending_objects() == 0
+
+    asyncio.run(main())
