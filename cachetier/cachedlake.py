@@ -49,6 +49,7 @@ from cachetier.read.path import ReadPath
 from policies import admission
 from cachetier.telemetry.snapshots import BlockLocation, CacheSnapshot, TierStats
 from cachetier.write.budget import MemoryBudget
+from cachetier.write.pending import merged_uploads
 from cachetier.write.writeback import UPLOAD_PREFIX, WriteBack
 
 
@@ -291,13 +292,11 @@ class CachedLake:
         if self.writeback is None:
             return page
         flushes = await self.writeback.flush_uploads(bucket, page.uploads)
-        mine = [u for u in await self.writeback.uploads(bucket) if u.key.startswith(query.prefix)
-                and (u.key, u.upload_id) > (query.key_marker, query.upload_id_marker)]
+        mine = await self.writeback.uploads(bucket)
         if not mine and not flushes:
             return page
         visible = [u for u in page.uploads if u.upload_id not in flushes]
-        uploads = sorted([*visible, *mine], key=lambda u: (u.key, u.upload_id))
-        return dataclasses.replace(page, uploads=uploads)
+        return merged_uploads(dataclasses.replace(page, uploads=visible), mine, query)
 
     # ---- queries (the admin endpoints and /metrics) -----------------------------------------
 

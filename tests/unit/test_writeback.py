@@ -302,3 +302,35 @@ def test_a_write_back_put_to_a_bucket_deleted_meanwhile_is_no_such_bucket(tmp_pa
         assert nodes[0].journal.pending_objects() == 0
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("delimiter", ["", "/"])
+def test_list_multipart_uploads_pages_the_lakes_and_the_journals_uploads_as_one(
+        tmp_path: Path, lake: MemoryLake, delimiter: str) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+    cache = nodes[0].cache
+
+    async def main() -> None:
+        made = []
+        for key, back in [("a", False), ("b", True), ("c", False), ("d", True), ("p/1", True), ("p/2", False),
+                          ("q/1", True)]:
+            current.set(RequestContext("t", write=BACK if back else WriteIntent()))
+            made.append((key, await cache.create_multipart_upload(B, key, ObjectAttributes())))
+        rolled = [(k, u) for k, u in sorted(made) if not delimiter or "/" not in k]
+        prefixes = ["p/", "q/"] if delimiter else []
+        for size in (1, 2, 3, 1000):
+            uploads: list[tuple[str, str]] = []
+            seen: list[str] = []
+            marker, upload_marker = "", ""
+            for _ in range(20):
+                page = await cache.list_multipart_uploads(B, UploadsQuery(
+                    delimiter=delimiter, key_marker=marker, upload_id_marker=upload_marker, max_uploads=size))
+                assert len(page.uploads) + len(page.common_prefixes) <= size
+                uploads += [(u.key, u.upload_id) for u in page.uploads]
+                seen += page.common_prefixes
+                if not page.is_truncated:
+                    break
+                marker, upload_marker = page.next_key_marker or "", page.next_upload_id_marker or ""
+            assert (uploads, seen) == (rolled, prefixes), size
+
+    asyncio.run(main())
