@@ -27,7 +27,6 @@ from cachetier.blocks.store import BlockStore
 from cachetier.cluster.node import Cluster
 from cachetier.lake.conditions import Conditions
 from cachetier.context import current
-from cachetier.errors import BucketNotEmpty
 from cachetier.lake import (
     Body,
     BucketInfo,
@@ -50,6 +49,7 @@ from cachetier.read.path import ReadPath
 from policies import admission
 from cachetier.telemetry.snapshots import BlockLocation, CacheSnapshot, TierStats
 from cachetier.write.budget import MemoryBudget
+from cachetier.write.pending import merged_uploads
 from cachetier.write.writeback import MODE_HEADER, UPLOAD_PREFIX, WriteBack
 
 
@@ -224,12 +224,14 @@ class CachedLake:
             await self._written(bucket, [key])
 
     async def delete_bucket(self, bucket: str) -> None:
-        if self.writeback is not None and await self.writeback.has_pending_puts(bucket):
-            raise BucketNotEmpty()  # its pending writes would have nowhere to go
+        if self.writeback is not None:
+            await self.writeback.before_delete_bucket(bucket)
         try:
             await self.lake.delete_bucket(bucket)
         finally:
             self.reads.meta.invalidate_bucket(bucket)
+            if self.writeback is not None:
+                self.writeback.forget_bucket(bucket)
             if self.cluster is not None:
                 await self.cluster.broadcast_invalidate(bucket, None)
 
@@ -298,12 +300,12 @@ class CachedLake:
         page = await self.lake.list_multipart_uploads(bucket, query)
         if self.writeback is None:
             return page
-        mine = [u for u in await self.writeback.uploads(bucket) if u.key.startswith(query.prefix)
-                and (u.key, u.upload_id) > (query.key_marker, query.upload_id_marker)]
-        if not mine:
+        flushes = await self.writeback.flush_uploads(bucket, page.uploads)
+        mine = await self.writeback.uploads(bucket)
+        if not mine and not flushes:
             return page
-        uploads = sorted([*page.uploads, *mine], key=lambda u: (u.key, u.upload_id))
-        return dataclasses.replace(page, uploads=uploads)
+        visible = [u for u in page.uploads if u.upload_id not in flushes]
+        return merged_uploads(dataclasses.replace(page, uploads=visible), mine, query)
 
     # ---- queries (the admin endpoints and /metrics) -----------------------------------------
 

@@ -11,6 +11,8 @@ versions, this node's and the notices of other nodes', come first.
   own (``lgwb.`` then the last key, base64): a following request is sent on to the lake as
   start-after that key. Deliberately different from S3: a common prefix whose only keys are
   pending deletes may still be listed until they are flushed.
+- ListMultipartUploads merges this node's write-back uploads (``merged_uploads``) the same way:
+  within the lake page's range, at most max-uploads entries, lakegate's markers.
 - Everything else is the lake's.
 
 The read path sits on this layer, so blocks of a pending version are cached under its ETag as
@@ -30,7 +32,10 @@ from typing import Any, cast
 
 from cachetier.cluster.client import PeerUnavailable
 from cachetier.errors import InvalidArgument, InvalidPartNumber, NoSuchKey, ServiceUnavailable
-from cachetier.lake import Lake, ListEntry, ListPage, ListQuery, ObjectInfo, ObjectPart, ObjectStream, prepend
+from cachetier.lake import (
+    Lake, ListEntry, ListPage, ListQuery, ObjectInfo, ObjectPart, ObjectStream, UploadInfo, UploadsPage, UploadsQuery,
+    prepend,
+)
 from cachetier.lake.conditions import Conditions
 from cachetier.lake.dirlake.listing import MAX_KEYS, common_prefix
 from cachetier.lake.ranges import ByteRange
@@ -191,6 +196,48 @@ def _merged(page: ListPage, pending: list[Version], query: ListQuery, after: str
         token = TOKEN_PREFIX + base64.urlsafe_b64encode(last.encode("utf-8")).decode("ascii")
         return ListPage(kept[0], kept[1], truncated, next_continuation_token=token)
     return ListPage(kept[0], kept[1], truncated, next_marker=last)
+
+
+def merged_uploads(page: UploadsPage, pending: list[UploadInfo], query: UploadsQuery) -> UploadsPage:
+    """The lake's ListMultipartUploads ``page`` with the journal's ``pending`` uploads merged in,
+    paged as one listing of both: at most max-uploads entries (uploads and common prefixes) in
+    (key, upload id) order; when the lake's page is truncated, none past its end (they come on a
+    later page, after the markers of this one)."""
+    limit = min(query.max_uploads, MAX_KEYS)
+    if limit <= 0:
+        return page
+    end = (page.next_key_marker or "", page.next_upload_id_marker or "") if page.is_truncated else None
+    items: dict[tuple[str, str], UploadInfo | None] = {(u.key, u.upload_id): u for u in page.uploads}
+    items.update({(p, ""): None for p in page.common_prefixes})
+    for upload in pending:
+        if not upload.key.startswith(query.prefix) or not _after_marker(upload, query):
+            continue
+        rolled = common_prefix(upload.key, query.prefix, query.delimiter)
+        if rolled is not None and query.key_marker and rolled <= query.key_marker:
+            continue  # that prefix was listed on an earlier page
+        at = (upload.key, upload.upload_id) if rolled is None else (rolled, "")
+        if end is None or at <= end:
+            items.setdefault(at, upload if rolled is None else None)
+    ordered = sorted(items.items(), key=lambda item: item[0])
+    shown = ordered[:limit]
+    uploads = [u for _, u in shown if u is not None]
+    prefixes = [prefix for (prefix, _), u in shown if u is None]
+    if not shown:  # every upload of the lake's page was hidden
+        return UploadsPage([], [], page.is_truncated, page.next_key_marker, page.next_upload_id_marker)
+    if not (page.is_truncated or len(ordered) > limit):
+        return UploadsPage(uploads, prefixes, False)
+    (name, upload_id), last = shown[-1]
+    return UploadsPage(uploads, prefixes, True, next_key_marker=name,
+                       next_upload_id_marker=upload_id if last is not None else None)
+
+
+def _after_marker(upload: UploadInfo, query: UploadsQuery) -> bool:
+    """After the query's markers, as S3 reads them (upload-id-marker only with key-marker)."""
+    if not query.key_marker:
+        return True
+    if query.upload_id_marker:
+        return (upload.key, upload.upload_id) > (query.key_marker, query.upload_id_marker)
+    return upload.key > query.key_marker
 
 
 def _page_end(page: ListPage) -> str | None:

@@ -51,7 +51,7 @@ from cachetier.cluster.node import Cluster
 from cachetier.cluster.ring import Member
 from cachetier.context import WriteIntent
 from cachetier.errors import (
-    BadDigest, EntityTooSmall, InvalidPart, InvalidPartOrder, NoSuchUpload, ServiceUnavailable, SlowDown,
+    BadDigest, BucketNotEmpty, EntityTooSmall, InvalidPart, InvalidPartOrder, NoSuchUpload, ServiceUnavailable, SlowDown,
 )
 from cachetier.lake import Body, Lake, ObjectAttributes, PartInfo, PartsPage, UploadInfo, WriteResult
 from cachetier.write.journal import Journal, Staged, Upload, Version
@@ -196,6 +196,10 @@ class WriteBack:
         except (ServiceUnavailable, SlowDown):
             return
         self._buckets[bucket] = time.monotonic() + 300.0
+
+    def forget_bucket(self, bucket: str) -> None:
+        """After a DeleteBucket: the next write-back write to ``bucket`` asks the lake again."""
+        self._buckets.pop(bucket, None)
 
     async def _admit(self, length: int, k: int, bucket: str, key: str, n: int) -> list[Member] | None:
         """The peers to hold copies (the first K - 1 synchronously), or None: write it through."""
@@ -447,6 +451,38 @@ class WriteBack:
         rows = await asyncio.to_thread(self.journal.uploads, bucket)
         return [UploadInfo(u.key, u.upload_id, _datetime(u.created)) for u in rows]
 
+    async def before_delete_bucket(self, bucket: str) -> None:
+        """Before a DeleteBucket: BucketNotEmpty while an object of the bucket is pending (the lake
+        does not have it yet, and would drop it); this node's pending deletes in it go to the lake
+        first (the lake still holds those objects, and would refuse)."""
+        latest: list[Version] = []
+        after = ""
+        while page := await asyncio.to_thread(self.journal.listing, bucket, "", after, 1000):
+            latest += page
+            after = page[-1].key
+        if any(v.kind != "delete" for v in latest) or len(await asyncio.to_thread(self.journal.uploads, bucket)):
+            raise BucketNotEmpty(resource=bucket)
+        for version in latest:
+            if version.local:
+                await self._flush_now(version)
+                await self.notify_all(Notice("flushed", bucket, version.key, version.seq))
+
+    async def flush_uploads(self, bucket: str, uploads: list[UploadInfo]) -> set[str]:
+        """The ids of those lake uploads that are flushes (``flusher.write_to_lake``) of pending
+        multipart versions: every lake upload of a key whose newest pending version has parts.
+        ListMultipartUploads does not show them: the client never created them (and its abort
+        would fail the flush). A client's own write-through upload of such a key is hidden too
+        until the flush ends (the lake's upload ids cannot tell the two apart)."""
+
+        def flushes() -> set[str]:
+            latest: dict[str, Version | None] = {}
+            for upload in uploads:
+                if upload.key not in latest:
+                    latest[upload.key] = self.journal.latest(bucket, upload.key)
+            return {u.upload_id for u in uploads if (v := latest[u.key]) is not None and v.part_sizes}
+
+        return await asyncio.to_thread(flushes) if uploads else set()
+
     # ---- order per key -------------------------------------------------------------------------
 
     async def _supersede_local(self, version: Version) -> None:
@@ -516,16 +552,6 @@ class WriteBack:
 
     async def latest(self, bucket: str, key: str) -> Version | None:
         return await asyncio.to_thread(self.journal.latest, bucket, key)
-
-    async def has_pending_puts(self, bucket: str) -> bool:
-        """Whether a write of the bucket is pending anywhere this node knows of (or an upload
-        of it is open here)."""
-        after = ""
-        while page := await asyncio.to_thread(self.journal.listing, bucket, "", after, 1000):
-            if any(v.kind == "put" for v in page):
-                return True
-            after = page[-1].key
-        return bool(await asyncio.to_thread(self.journal.uploads, bucket))
 
     def counter_values(self) -> dict[str, int]:
         return {name: self.counters[name] for name in COUNTERS}

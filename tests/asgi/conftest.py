@@ -4,6 +4,8 @@ checked on any machine. Its targets, the app built from Settings as `lakegate se
 
     asgi-dir      over DirLake, in a temporary folder
     asgi-memory   over MemoryLake, the Lake's in-memory twin
+    wb-dir        over DirLake with every write in write-back (LAKEGATE_WRITE_MODE=write-back):
+                  acknowledged from the node's journal, flushed to the lake in the background
 
 boto3 reaches the app through a botocore ``before-send`` handler (inprocess.AsgiBridge), so
 every byte boto3 would put on the wire goes through the app, signed as it would be. The tests
@@ -25,7 +27,7 @@ from inprocess import AsgiBridge, lakegate_app
 
 from cachetier.lake.memory import MemoryLake
 
-ASGI_TARGETS = ("asgi-dir", "asgi-memory")
+ASGI_TARGETS = ("asgi-dir", "asgi-memory", "wb-dir")
 # No socket is opened: the port only completes the endpoint's URL (the suite's virtual-host
 # test names it in the Host header); one of this tier's range, so a real listener never clashes.
 ENDPOINT = "http://localhost:21400"
@@ -82,6 +84,8 @@ def sigv2_off_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Targe
 def _in_process(name: str, folder: Path, **overrides: object) -> Iterator[InProcessTarget]:
     """The target ``name`` (an ASGI_TARGETS one), its app started while the generator runs."""
     lake = MemoryLake() if name == "asgi-memory" else None
+    if name == "wb-dir":
+        overrides = {"write_mode": "write-back", **overrides}
     bridge = AsgiBridge(lakegate_app(folder, lake, **overrides))
     bridge.start()
     try:

@@ -226,11 +226,13 @@ class AsgiBridge:
         return AWSResponse(request.url, status, headers, _ResponseBody(exchange.pieces))
 
 
-def lakegate_app(folder: Path, lake: Lake | None = None, **overrides: object) -> LakegateApp:
+def lakegate_app(folder: Path, lake: Lake | None = None, *, tenants_toml: str = ALICE.to_toml(),
+                 **overrides: object) -> LakegateApp:
     """The app as `lakegate serve` builds it; ``lake`` None: its folder lake in ``folder``;
-    ``overrides``: settings besides these (``sigv2=False``)."""
+    ``tenants_toml``: its tenants file (ALICE alone); ``overrides``: settings besides these
+    (``sigv2=False``)."""
     tenants = folder / "tenants.toml"
-    tenants.write_text(ALICE.to_toml())
+    tenants.write_text(tenants_toml)
     settings = Settings.load(
         _env_file=None,  # a developer's .env must not change the app
         lake=f"dir:{folder / 'lake'}",

@@ -24,8 +24,8 @@ from cachetier.cluster.node import Cluster
 from cachetier.cluster.owner import Owner
 from cachetier.cluster.ring import Member
 from cachetier.context import RequestContext, WriteIntent, current
-from cachetier.errors import BadDigest, BucketNotEmpty, NoSuchKey, SlowDown
-from cachetier.lake import ListQuery, ObjectAttributes
+from cachetier.errors import BadDigest, BucketNotEmpty, NoSuchBucket, NoSuchKey, SlowDown
+from cachetier.lake import ListQuery, ObjectAttributes, UploadsQuery, WriteResult
 from cachetier.lake.memory import MemoryLake
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.config import ReadConfig
@@ -91,6 +91,15 @@ async def put(node: Node, key: str, data: bytes, intent: WriteIntent = BACK) -> 
     current.set(RequestContext("t", write=intent))
     result = await node.cache.put_object(B, key, body(data), len(data), ObjectAttributes("text/plain", {"a": "1"}))
     return result.etag
+
+
+async def multipart(node: Node, key: str, parts: list[bytes]) -> WriteResult:
+    """A multipart upload of ``parts`` in write-back through ``node``, completed."""
+    current.set(RequestContext("t", write=BACK))
+    upload = await node.cache.create_multipart_upload(B, key, ObjectAttributes())
+    etags = [(n, (await node.cache.upload_part(B, key, upload, n, body(p), len(p))).etag)
+             for n, p in enumerate(parts, 1)]
+    return await node.cache.complete_multipart_upload(B, key, upload, etags)
 
 
 async def get(node: Node, key: str, rng: ByteRange | None = None) -> bytes:
@@ -211,12 +220,7 @@ def test_multipart_in_write_back_keeps_the_parts_etag(tmp_path: Path, lake: Memo
     parts = [os.urandom(MIN_PART), os.urandom(100)]
 
     async def main() -> None:
-        current.set(RequestContext("t", write=BACK))
-        cache = nodes[0].cache
-        upload = await cache.create_multipart_upload(B, "mp", ObjectAttributes())
-        etags = [(n, (await cache.upload_part(B, "mp", upload, n, body(p), len(p))).etag)
-                 for n, p in enumerate(parts, 1)]
-        result = await cache.complete_multipart_upload(B, "mp", upload, etags)
+        result = await multipart(nodes[0], "mp", parts)
         assert result.etag.endswith('-2"')
         whole = b"".join(parts)
         edge = ByteRange(MIN_PART - 2 * BS, MIN_PART + 50)  # across the parts' boundary (1 KiB blocks)
@@ -322,5 +326,90 @@ def test_a_body_that_fails_leaves_no_copy_on_any_node(tmp_path: Path, lake: Memo
         assert await in_lake(lake, "k") is None
         await put(nodes[0], "k", b"after")  # the key works as before
         assert await get(nodes[1], "k") == b"after"
+
+    asyncio.run(main())
+
+
+def test_delete_bucket_is_refused_while_an_object_is_pending_and_sends_pending_deletes_first(
+        tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+
+    async def main() -> None:
+        await put(nodes[0], "old", b"x", WriteIntent())  # in the lake
+        await put(nodes[0], "new", b"y")  # pending: the lake's bucket holds "old" only
+        with pytest.raises(BucketNotEmpty):
+            await nodes[1].cache.delete_bucket(B)
+        current.set(RequestContext("t", write=BACK))
+        await nodes[0].cache.delete_object(B, "old")
+        await nodes[0].cache.delete_object(B, "new")  # both deletes pending: the bucket is empty
+        await nodes[0].cache.delete_bucket(B)  # not BucketNotEmpty from the lake, that still held "old"
+        with pytest.raises(NoSuchBucket):
+            await lake.head_bucket(B)
+        assert [n.journal.pending_objects() for n in nodes] == [0, 0, 0]
+
+    asyncio.run(main())
+
+
+def test_list_multipart_uploads_does_not_show_the_flush_of_a_pending_multipart_object(
+        tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+    parts = [os.urandom(MIN_PART), os.urandom(100)]
+
+    async def main() -> None:
+        await multipart(nodes[0], "mp", parts)
+        await lake.create_multipart_upload(B, "mp", ObjectAttributes())  # the flusher's, in flight
+        theirs = await lake.create_multipart_upload(B, "other", ObjectAttributes())  # a client's
+        for node in nodes:  # every node knows "mp" is pending
+            page = await node.cache.list_multipart_uploads(B, UploadsQuery())
+            assert [(u.key, u.upload_id) for u in page.uploads] == [("other", theirs)]
+
+    asyncio.run(main())
+
+
+def test_a_write_back_put_to_a_bucket_deleted_meanwhile_is_no_such_bucket(tmp_path: Path, lake: MemoryLake) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+
+    async def main() -> None:
+        await put(nodes[0], "k", b"x")  # this node has seen the bucket exist
+        await flush_all(nodes)
+        await put(nodes[0], "k", b"", WriteIntent())
+        current.set(RequestContext("t"))
+        await nodes[0].cache.delete_object(B, "k")
+        await nodes[0].cache.delete_bucket(B)
+        with pytest.raises(NoSuchBucket):  # not acknowledged, to fail at the flush
+            await put(nodes[0], "k", b"y")
+        assert nodes[0].journal.pending_objects() == 0
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("delimiter", ["", "/"])
+def test_list_multipart_uploads_pages_the_lakes_and_the_journals_uploads_as_one(
+        tmp_path: Path, lake: MemoryLake, delimiter: str) -> None:
+    nodes, _ = cluster(tmp_path, lake)
+    cache = nodes[0].cache
+
+    async def main() -> None:
+        made = []
+        for key, back in [("a", False), ("b", True), ("c", False), ("d", True), ("p/1", True), ("p/2", False),
+                          ("q/1", True)]:
+            current.set(RequestContext("t", write=BACK if back else WriteIntent()))
+            made.append((key, await cache.create_multipart_upload(B, key, ObjectAttributes())))
+        rolled = [(k, u) for k, u in sorted(made) if not delimiter or "/" not in k]
+        prefixes = ["p/", "q/"] if delimiter else []
+        for size in (1, 2, 3, 1000):
+            uploads: list[tuple[str, str]] = []
+            seen: list[str] = []
+            marker, upload_marker = "", ""
+            for _ in range(20):
+                page = await cache.list_multipart_uploads(B, UploadsQuery(
+                    delimiter=delimiter, key_marker=marker, upload_id_marker=upload_marker, max_uploads=size))
+                assert len(page.uploads) + len(page.common_prefixes) <= size
+                uploads += [(u.key, u.upload_id) for u in page.uploads]
+                seen += page.common_prefixes
+                if not page.is_truncated:
+                    break
+                marker, upload_marker = page.next_key_marker or "", page.next_upload_id_marker or ""
+            assert (uploads, seen) == (rolled, prefixes), size
 
     asyncio.run(main())
