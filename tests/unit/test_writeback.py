@@ -25,7 +25,7 @@ from cachetier.cluster.owner import Owner
 from cachetier.cluster.ring import Member
 from cachetier.context import RequestContext, WriteIntent, current
 from cachetier.errors import NoSuchKey, SlowDown
-from cachetier.lake import ListQuery, ObjectAttributes
+from cachetier.lake import Body, ListQuery, ObjectAttributes, WriteResult
 from cachetier.lake.memory import MemoryLake
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.config import ReadConfig
@@ -243,5 +243,64 @@ def test_past_t_plus_delta_writes_fall_back_and_slow_down_with_the_lake_down(
         nodes[0].wb.lake_health.set(False)
         with pytest.raises(SlowDown):
             await put(nodes[0], "c", b"z" * 100)
+
+    asyncio.run(main())
+
+
+class HeldPutLake(MemoryLake):
+    """A memory lake whose PUTs, once their body is read, wait for ``release``: a flush the lake
+    finishes (and stamps) later, as RGW stamps an object when its PUT completes."""
+
+    def __init__(self, clock: list[float]) -> None:
+        super().__init__(buckets=[B], clock=lambda: clock[0])
+        self.entered, self.release = asyncio.Event(), asyncio.Event()
+
+    async def put_object(self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes,
+                         content_md5: str | None = None) -> WriteResult:
+        data = b"".join([bytes(p) async for p in body])
+        self.entered.set()
+        await self.release.wait()
+        return await super().put_object(bucket, key, _pieces(data), length, attrs, content_md5)
+
+
+async def _pieces(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def test_a_write_acknowledged_while_an_older_flush_ends_is_flushed_after_a_restart(tmp_path: Path) -> None:
+    """Alone (no cluster): v1's flush reaches the lake just after v2 was acknowledged, and the
+    node is killed before v2's flush. The lake's Last-Modified is then later than v2's, which
+    does not make v1 newer: the restarted node flushes v2."""
+    now = [1000.9]
+    lake = HeldPutLake(now)
+
+    def node() -> tuple[Journal, WriteBack, Flusher]:
+        journal = Journal(tmp_path / "journal", sync=False)
+        wb = WriteBack(journal, lake, WriteBackConfig(), me="local", clock=lambda: now[0])
+        return journal, wb, Flusher(wb, grace=0.0)
+
+    async def write(wb: WriteBack, data: bytes) -> None:
+        assert await wb.put(B, "k", body(data), len(data), ObjectAttributes(), None, BACK, "t") is not None
+
+    async def main() -> None:
+        journal, wb, flusher = node()
+        await write(wb, b"first")
+        await flusher.round()
+        await lake.entered.wait()  # v1's flush has sent its body
+        now[0] = 1000.95
+        await write(wb, b"second")  # acknowledged: v1 dropped from the journal
+        now[0] = 1001.1
+        lake.release.set()  # v1's PUT completes, stamped 1001
+        await asyncio.gather(*(task for _, task in flusher.running.values()))
+        assert journal.pending_objects() == 1  # v2, not flushed yet: the node is killed now
+        journal.close()
+        with Journal(tmp_path / "journal", sync=False) as restarted:
+            restarted.recover()
+        journal, _, flusher = node()
+        for _ in range(10):
+            await flusher.round()
+            await asyncio.gather(*(task for _, task in flusher.running.values()))
+        assert await in_lake(lake, "k") == b"second"
+        assert journal.pending_objects() == 0
 
     asyncio.run(main())
