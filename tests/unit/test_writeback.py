@@ -304,3 +304,33 @@ def test_a_write_acknowledged_while_an_older_flush_ends_is_flushed_after_a_resta
         assert journal.pending_objects() == 0
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", ["put", "delete"])
+def test_a_write_whose_commit_fails_leaves_the_last_acknowledged_one_pending(
+        tmp_path: Path, lake: MemoryLake, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """v2's journal commit fails (a full disk; kill -9 at that step is the same): v1, acknowledged,
+    is still in the journal and reaches the lake. (v1 was dropped before v2 was committed.)"""
+    journal = Journal(tmp_path / "journal", sync=False)
+    wb = WriteBack(journal, lake, WriteBackConfig(), me="local")
+    flusher = Flusher(wb, grace=0.0)
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    async def main() -> None:
+        assert await wb.put(B, "k", body(b"first"), 5, ObjectAttributes(), None, BACK, "t") is not None
+        monkeypatch.setattr(journal, "commit", full)
+        with pytest.raises(OSError):
+            if kind == "put":
+                await wb.put(B, "k", body(b"second"), 6, ObjectAttributes(), None, BACK, "t")
+            else:
+                await wb.delete(B, "k", BACK, "t")
+        monkeypatch.undo()
+        assert [v.etag for v in journal.versions(B, "k")] == [md5(b"first")]
+        for _ in range(5):
+            await flusher.round()
+            await asyncio.gather(*(task for _, task in flusher.running.values()))
+        assert await in_lake(lake, "k") == b"first"
+
+    asyncio.run(main())
