@@ -261,6 +261,12 @@ class Flusher:
         except Superseded:
             self.wb.counters["flush_aborted"] += 1
             return
+        except FileNotFoundError as exc:  # the body: a newer write dropped the version after _still
+            if not await self._still(version):
+                self.wb.counters["flush_aborted"] += 1
+                return
+            self._failed(version, exc, self.wb.config.flush_retry, down=False)
+            return
         except (ServiceUnavailable, ConnectionError, OSError) as exc:
             self._failed(version, exc, self.wb.config.flush_retry, down=True)
             return

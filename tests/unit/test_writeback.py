@@ -32,7 +32,7 @@ from cachetier.read.config import ReadConfig
 from cachetier.read.path import ReadPath
 from cachetier.telemetry.counters import CacheStats
 from cachetier.write.flusher import Flusher
-from cachetier.write.journal import Journal
+from cachetier.write.journal import Journal, Version
 from cachetier.write.pending import pending_lake
 from cachetier.write.peers import JournalOwner
 from cachetier.write.writeback import MIN_PART, WriteBack, WriteBackConfig
@@ -332,5 +332,29 @@ def test_a_write_whose_commit_fails_leaves_the_last_acknowledged_one_pending(
             await flusher.round()
             await asyncio.gather(*(task for _, task in flusher.running.values()))
         assert await in_lake(lake, "k") == b"first"
+
+    asyncio.run(main())
+
+
+def test_a_flush_whose_version_is_superseded_before_it_opens_the_body_is_aborted_not_a_lake_failure(
+        tmp_path: Path, lake: MemoryLake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A newer write drops the version between the flusher's check and its opening the body:
+    the flush is aborted (the lake did not fail: it is not marked down, nothing is retried)."""
+    journal = Journal(tmp_path / "journal", sync=False)
+    wb = WriteBack(journal, lake, WriteBackConfig(), me="local")
+    flusher = Flusher(wb, grace=0.0)
+    begin = journal.begin_flush
+
+    def superseded_meanwhile(version: Version, pid: int) -> None:
+        begin(version, pid)
+        journal.remove(B, "k", version.seq)
+
+    async def main() -> None:
+        assert await wb.put(B, "k", body(b"first"), 5, ObjectAttributes(), None, BACK, "t") is not None
+        monkeypatch.setattr(journal, "begin_flush", superseded_meanwhile)
+        await flusher.round()
+        await asyncio.gather(*(task for _, task in flusher.running.values()))
+        assert (wb.lake_health.up, wb.counters["flush_failures"], wb.counters["flush_aborted"]) == (True, 0, 1)
+        assert flusher.retry_at == {}
 
     asyncio.run(main())
