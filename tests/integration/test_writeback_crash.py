@@ -4,7 +4,7 @@ which replays the journal; once the node reports nothing pending, RGW itself is 
 
 Each trial: two client threads (disjoint keys, one request at a time each) overwrite a few keys
 with PutObjects of random sizes (0..2 MiB, random bytes) and now and then a multipart upload
-(a 5 MiB part and a small one) of the same keys; each request's outcome is recorded (200 and
+(a 5 MiB part and a small one) or a DeleteObject of the same keys; each request's outcome is recorded (200 and
 its ETag, or an error / no answer). The node is killed once a seeded number of requests were
 answered plus a seeded delay, and restarted (1 or 2 workers, the trial's pick). The chain
 reuses the restarted node as the next trial's node, so a restart also changes the number of
@@ -51,11 +51,13 @@ MAX_PUT = 2 * MiB
 FIRST_PART = 5 * MiB
 FLUSH_DEADLINE = 90.0  # seconds a restarted node may take to flush its journal
 REPLICATION = "/_lakegate/admin/replication"
+DELETED = ""  # the "MD5" of a DeleteObject: the key absent
 
 
 @dataclass
 class Write:
-    """One write of a key: its bytes' MD5, and what the client got (None: an error or no answer)."""
+    """One write of a key: its bytes' MD5 (DELETED for a delete), and what the client got: the
+    ETag ("" for a delete), None for an error or no answer."""
 
     key: str
     md5: str
@@ -129,6 +131,15 @@ def writer(s3: Any, bucket: str, keys: list[str], rng: random.Random, burst: Bur
             except Exception as exc:  # noqa: BLE001 - the kill (else a failure of a live node)
                 burst.failed(exc, write)
                 return
+        elif rng.random() < 0.1:
+            write = Write(key, DELETED, multipart=False)
+            burst.record(write)
+            try:
+                s3.delete_object(Bucket=bucket, Key=key)
+                write.etag = ""
+            except Exception as exc:  # noqa: BLE001 - the kill (else a failure of a live node)
+                burst.failed(exc, write)
+                return
         else:
             body = rng.randbytes(rng.randint(0, MAX_PUT))
             write = Write(key, hashlib.md5(body).hexdigest(), multipart=False)  # noqa: S324
@@ -196,7 +207,7 @@ def check_trial(rgw: Any, bucket: str, keys: list[str], burst: Burst, trial: int
         allowed = writes[last:] if acked else writes  # the last acknowledged one, or one after it
         got = lake_md5(rgw, bucket, key)
         if got is None:
-            if acked:
+            if acked and not any(w.md5 == DELETED for w in allowed):
                 problems.append(f"trial {trial}: {key} missing; its last acknowledged write was "
                                 f"#{last} of {len(writes)} (md5 {writes[last].md5})")
             continue
