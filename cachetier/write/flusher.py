@@ -250,9 +250,8 @@ class Flusher:
                     await self._drop(version)
                     return
                 await asyncio.to_thread(self.journal.mark_verified, version)
-            if not await self._still(version):
-                return
-            await asyncio.to_thread(self.journal.begin_flush, version, self.pid)
+            if not await asyncio.to_thread(self.journal.begin_flush, version, self.pid):
+                return  # a newer write removed it
             charge = self.charge if self.wb.config.flow_control else None
             try:
                 await write_to_lake(self.wb.lake, self.journal, version, lambda: self._still(version), charge)

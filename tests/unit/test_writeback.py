@@ -288,9 +288,12 @@ def test_a_write_acknowledged_while_an_older_flush_ends_is_flushed_after_a_resta
         await flusher.round()
         await lake.entered.wait()  # v1's flush has sent its body
         now[0] = 1000.95
-        await write(wb, b"second")  # acknowledged: v1 dropped from the journal
+        second = asyncio.create_task(write(wb, b"second"))  # v2 committed, v1 dropped, then it
+        while [v.etag for v in journal.versions(B, "k")] != [md5(b"second")]:  # waits for v1's flush
+            await asyncio.sleep(0.01)
         now[0] = 1001.1
         lake.release.set()  # v1's PUT completes, stamped 1001
+        await second  # acknowledged
         await asyncio.gather(*(task for _, task in flusher.running.values()))
         assert journal.pending_objects() == 1  # v2, not flushed yet: the node is killed now
         journal.close()
@@ -345,9 +348,10 @@ def test_a_flush_whose_version_is_superseded_before_it_opens_the_body_is_aborted
     flusher = Flusher(wb, grace=0.0)
     begin = journal.begin_flush
 
-    def superseded_meanwhile(version: Version, pid: int) -> None:
-        begin(version, pid)
+    def superseded_meanwhile(version: Version, pid: int) -> bool:
+        begun = begin(version, pid)
         journal.remove(B, "k", version.seq)
+        return begun
 
     async def main() -> None:
         assert await wb.put(B, "k", body(b"first"), 5, ObjectAttributes(), None, BACK, "t") is not None
@@ -356,5 +360,32 @@ def test_a_flush_whose_version_is_superseded_before_it_opens_the_body_is_aborted
         await asyncio.gather(*(task for _, task in flusher.running.values()))
         assert (wb.lake_health.up, wb.counters["flush_failures"], wb.counters["flush_aborted"]) == (True, 0, 1)
         assert flusher.retry_at == {}
+
+    asyncio.run(main())
+
+
+def test_a_write_on_another_node_is_answered_only_once_a_flush_of_the_older_version_ended(
+        tmp_path: Path) -> None:
+    """node0 is flushing v1 (its PUT held in the lake) when node1 takes v2: node1's notice drops
+    v1 on node0 and is answered once that flush ended, so v1 can no longer land after v2.
+    (The wait read the flush marks after removing their rows, and never waited.)"""
+    lake = HeldPutLake([1000.0])
+    nodes, _ = cluster(tmp_path, lake)
+
+    async def main() -> None:
+        await put(nodes[0], "k", b"first")
+        await nodes[0].flusher.round()
+        await lake.entered.wait()  # node0's flush of v1 has sent its body
+        second = asyncio.create_task(put(nodes[1], "k", b"second"))
+        while any(v.etag == md5(b"first") for v in nodes[0].journal.versions(B, "k")):
+            await asyncio.sleep(0.01)  # the notice of v2 reached node0
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        answered_before_the_flush_ended = second.done()
+        lake.release.set()
+        await second
+        await flush_all(nodes)
+        assert await in_lake(lake, "k") == b"second"
+        assert not answered_before_the_flush_ended
 
     asyncio.run(main())
