@@ -12,7 +12,8 @@ it with the worker, and another worker takes over within a second). Each round:
    nodes re-announce the pending writes they hold, which drops what was superseded meanwhile),
    asks the other holders, and, when none holds it any more, asks the lake: a version the lake
    has (same ETag) or has something newer than (Last-Modified later) is dropped, not flushed
-   again. So a returning node does not flush what another copy already flushed.
+   again (the later Last-Modified only in a cluster: see ``_wanted``). So a returning node does
+   not flush what another copy already flushed.
 2. The scheduler picks which jobs start within the slots it allows.
 3. A flush writes the version (a PUT, a multipart upload with the same part sizes so that the
    lake's ETag is the one the client got, or a DELETE); each piece first checks the version is
@@ -243,8 +244,14 @@ class Flusher:
     async def _wanted(self, version: Version) -> bool:
         """An unverified version (this node restarted): kept while another live holder holds
         it; dropped when one flushed it or saw it overtaken (its journal's gone mark); with no
-        holder that knows, dropped when the lake has it (same ETag) or something written after
-        it (Last-Modified, to the second), kept (and flushed) otherwise."""
+        holder that knows, dropped when the lake has it (same ETag) or, in a cluster, something
+        written after it (Last-Modified, to the second), kept (and flushed) otherwise.
+
+        "Overtaken" is asked only in a cluster, where a newer write of the key may have been
+        flushed by another node while this one was away. Alone, every newer write went through
+        this journal and dropped the version before its 200, so a version still here is the
+        newest: a later Last-Modified is the flush of an older version that the lake finished
+        (and stamped) after this version was acknowledged, and the version must still be flushed."""
         cluster = self.wb.cluster
         if cluster is not None:
             live = {m.id: m for m in cluster.membership.peers()}
@@ -259,7 +266,7 @@ class Flusher:
             return version.kind == "put"
         if info.etag == version.etag and version.kind == "put":
             return False
-        return info.last_modified.timestamp() <= version.last_modified
+        return cluster is None or info.last_modified.timestamp() <= version.last_modified
 
     async def _still(self, version: Version) -> bool:
         versions = await asyncio.to_thread(self.journal.versions, version.bucket, version.key)
@@ -268,9 +275,8 @@ class Flusher:
     async def _flush(self, version: Version) -> None:
         vid = ident(version)
         try:
-            if not await self._still(version):
-                return
-            await asyncio.to_thread(self.journal.begin_flush, version, self.pid)
+            if not await asyncio.to_thread(self.journal.begin_flush, version, self.pid):
+                return  # a newer write removed it
             charge = self.charge if self.wb.config.flow_control else None
             try:
                 await write_to_lake(self.wb.lake, self.journal, version, lambda: self._still(version), charge)
@@ -278,6 +284,12 @@ class Flusher:
                 await asyncio.to_thread(self.journal.end_flush, version)
         except Superseded:
             self.wb.counters["flush_aborted"] += 1
+            return
+        except FileNotFoundError as exc:  # the body: a newer write dropped the version after _still
+            if not await self._still(version):
+                self.wb.counters["flush_aborted"] += 1
+                return
+            self._failed(version, exc, self.wb.config.flush_retry, down=False)
             return
         except (ServiceUnavailable, ConnectionError, OSError) as exc:
             self._failed(version, exc, self.wb.config.flush_retry, down=True)

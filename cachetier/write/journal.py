@@ -320,20 +320,31 @@ class Journal:
     def mark_verified(self, version: Version) -> None:
         self._mark(version, "verified = 1")
 
-    def begin_flush(self, version: Version, pid: int) -> None:
-        self._mark(version, "flush_pid = ?", pid)
+    def begin_flush(self, version: Version, pid: int) -> bool:
+        """Mark ``version`` as being flushed by ``pid``, in one transaction with checking that
+        it is still here: False (no mark) when a newer write removed it meanwhile. The mark is
+        a row of its own (``flushes``), which ``remove`` leaves: a newer write removes the
+        older versions first (no flush of them can begin after), then waits until the marks of
+        the flushes already begun are gone (``flushing``)."""
+        with self._index(write=True) as db:
+            if db.execute("SELECT 1 FROM versions WHERE bucket = ? AND key = ? AND seq = ? AND position >= 0",
+                          (version.bucket, version.key, version.seq)).fetchone() is None:  # fmt: skip
+                return False
+            db.execute("INSERT OR REPLACE INTO flushes VALUES (?, ?, ?, ?)",
+                       (version.bucket, version.key, version.seq, pid))  # fmt: skip
+        return True
 
     def end_flush(self, version: Version) -> None:
-        self._mark(version, "flush_pid = NULL")
+        with self._index(write=True) as db:
+            db.execute("DELETE FROM flushes WHERE bucket = ? AND key = ? AND seq = ?",
+                       (version.bucket, version.key, version.seq))  # fmt: skip
 
     def flushing(self, bucket: str, key: str) -> list[int]:
-        """Seqs of the key being flushed by a live process (a dead one's mark is no mark; a pid
-        reused since is taken for alive until ``recover`` clears every mark at the next start)."""
-        rows = self._query(
-            "SELECT seq, flush_pid FROM versions WHERE bucket = ? AND key = ? AND flush_pid IS NOT NULL ORDER BY seq",
-            bucket, key,
-        )  # fmt: skip
-        return [row["seq"] for row in rows if _alive(row["flush_pid"])]
+        """Seqs of the key being flushed by a live process, its version removed since or not (a
+        dead one's mark is no mark; a pid reused since is taken for alive until ``recover``
+        clears every mark at the next start)."""
+        rows = self._query("SELECT seq, pid FROM flushes WHERE bucket = ? AND key = ? ORDER BY seq", bucket, key)
+        return [row["seq"] for row in rows if _alive(row["pid"])]
 
     def dirty_bytes(self) -> int:
         return int(self._query("SELECT TOTAL(size) FROM versions WHERE position >= 0")[0][0])
@@ -454,6 +465,7 @@ class Journal:
         with self._index(write=True) as db:  # rules 3-5
             notices = db.execute("DELETE FROM versions WHERE position < 0").rowcount
             db.execute("UPDATE versions SET verified = 0, flush_pid = NULL")
+            db.execute("DELETE FROM flushes")
             db.execute("DELETE FROM gone WHERE at < ?", (time.time() - GONE_KEPT,))
         (bodies, parts), (named_bodies, named_parts) = self._files(), self._named()
         for folder, unnamed in ((self.bodies, bodies - named_bodies), (self.part_files, parts - named_parts)):

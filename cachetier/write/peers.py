@@ -49,14 +49,14 @@ async def file_pieces(journal: Journal, version: Version, first: int = 0, last: 
                       still: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[bytes]:
     """Bytes ``first`` to ``last`` (inclusive; default the end) of ``version``'s journaled body,
     a piece at a time, read in a thread. ``still`` is asked before each piece after the first
-    (the flusher's: is the version still wanted?); False stops with ``Superseded``.
+    (the flusher's: is the version still wanted?), the first too; False stops with ``Superseded``.
     FileNotFoundError when the body is gone before the first piece."""
     end = version.size - 1 if last is None else last
     fd = await asyncio.to_thread(journal.open_body, version)
     try:
         offset = first
         while offset <= end:
-            if still is not None and offset > first and not await still():
+            if still is not None and not await still():
                 raise Superseded(f"{version.bucket}/{version.key} was overwritten while it was sent")
             count = min(PIECE, end - offset + 1)
             piece = await asyncio.to_thread(os.pread, fd, count, offset)
@@ -112,7 +112,6 @@ class JournalOwner:
                 raise WireError("the copy's body is not the one its query names")
             if version.kind == "put" and not version.etag:
                 version = dataclasses.replace(version, etag=f'"{md5}"')
-            await self.on_copy(version)  # older versions go first: this one is the latest
             if version.kind == "delete":
                 await asyncio.to_thread(staged.abort)
                 await asyncio.to_thread(self.journal.commit, version, None)
@@ -121,6 +120,7 @@ class JournalOwner:
         except BaseException:
             await asyncio.to_thread(staged.abort)
             raise
+        await self.on_copy(version)  # older versions go after the commit: a crash between keeps one
         return Copied(md5)
 
     async def notice(self, notice: Notice, sender: str) -> Acknowledged:

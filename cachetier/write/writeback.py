@@ -246,7 +246,6 @@ class WriteBack:
                 if content_md5 is not None and _md5_b64(md5) != content_md5.strip():
                     raise BadDigest()
                 version = dataclasses.replace(draft, etag=etag_of(md5))
-                await self._supersede_local(version)
                 for feed in feeds:  # checked: the copies may complete
                     await feed.finish(last)
                 await asyncio.to_thread(self.journal.commit, version, staged)
@@ -261,6 +260,7 @@ class WriteBack:
                                       only={m.id for m in sync})
             await asyncio.gather(*(feed.task for feed in feeds if feed.task), return_exceptions=True)
             raise
+        await self._supersede_local(version)  # after the commit: see _supersede_local
         answers = await asyncio.gather(*(feed.task for feed in feeds if feed.task), return_exceptions=True)
         failed = [a if isinstance(a, BaseException) else ValueError(f"the copy got other bytes (MD5 {a})")
                   for a in answers if isinstance(a, BaseException) or a != md5]
@@ -280,8 +280,8 @@ class WriteBack:
             return False
         version = self._version(bucket, key, await self._seq(bucket, key), "delete", "", 0, ObjectAttributes(),
                                 tenant, peers, n, k)
-        await self._supersede_local(version)
         await asyncio.to_thread(self.journal.commit, version, None)
+        await self._supersede_local(version)
         await self._replicate(version, hashlib.md5(b"").hexdigest(), peers[: k - 1])  # noqa: S324
         return True
 
@@ -425,8 +425,8 @@ class WriteBack:
             version = self._version(bucket, key, await self._seq(bucket, key), "put", etag, sum(sizes), attrs,
                                     upload.tenant, peers, n, k, part_sizes=sizes)
             md5 = staged.md5_hex()
-            await self._supersede_local(version)
             await asyncio.to_thread(self.journal.commit, version, staged)
+            await self._supersede_local(version)  # after the commit: see _supersede_local
         except BaseException:
             await asyncio.to_thread(staged.abort)
             raise
@@ -486,7 +486,10 @@ class WriteBack:
     # ---- order per key -------------------------------------------------------------------------
 
     async def _supersede_local(self, version: Version) -> None:
-        """Drop this node's older versions of the key, waiting for a flush of one in flight."""
+        """Drop this node's older versions of the key, waiting for a flush of one in flight.
+        A write of this node calls it once ``version`` is committed, never before: a crash (or a
+        failed commit) in between must leave the last acknowledged version pending, not none
+        (both pending, the flusher writes them in seq order, so the lake ends with the newer)."""
         gone = await asyncio.to_thread(self.journal.remove, version.bucket, version.key, version.seq - 1)
         self.counters["superseded"] += sum(1 for v in gone if v.local)
         await self._flushes_settled(version.bucket, version.key, version.seq)

@@ -406,3 +406,13 @@ def test_a_notice_or_copy_of_a_version_removed_already_is_ignored(journal: Journ
     assert journal.versions("b", "k") == [] and journal.check() == []
     journal.note(notice("k", 6))  # a newer one is pending as before
     assert [v.seq for v in journal.versions("b", "k")] == [6]
+
+
+def test_a_flush_begins_only_on_a_version_still_here_and_its_mark_outlives_the_removal(journal: Journal) -> None:
+    first, second = put(journal, "k", 1, b"1"), put(journal, "k", 2, b"2")
+    assert journal.begin_flush(first, os.getpid())
+    journal.remove("b", "k", 2)  # a newer write: the rows go, the flush already begun is still seen
+    assert journal.flushing("b", "k") == [1]
+    assert not journal.begin_flush(second, os.getpid()) and journal.flushing("b", "k") == [1]
+    journal.end_flush(first)
+    assert journal.flushing("b", "k") == []

@@ -25,14 +25,14 @@ from cachetier.cluster.owner import Owner
 from cachetier.cluster.ring import Member
 from cachetier.context import RequestContext, WriteIntent, current
 from cachetier.errors import BadDigest, BucketNotEmpty, NoSuchBucket, NoSuchKey, SlowDown
-from cachetier.lake import ListQuery, ObjectAttributes, UploadsQuery, WriteResult
+from cachetier.lake import Body, ListQuery, ObjectAttributes, UploadsQuery, WriteResult
 from cachetier.lake.memory import MemoryLake
 from cachetier.lake.ranges import ByteRange
 from cachetier.read.config import ReadConfig
 from cachetier.read.path import ReadPath
 from cachetier.telemetry.counters import CacheStats
 from cachetier.write.flusher import Flusher
-from cachetier.write.journal import Journal
+from cachetier.write.journal import Journal, Version
 from cachetier.write.pending import pending_lake
 from cachetier.write.peers import JournalOwner
 from cachetier.write.writeback import MIN_PART, WriteBack, WriteBackConfig
@@ -411,5 +411,149 @@ def test_list_multipart_uploads_pages_the_lakes_and_the_journals_uploads_as_one(
                     break
                 marker, upload_marker = page.next_key_marker or "", page.next_upload_id_marker or ""
             assert (uploads, seen) == (rolled, prefixes), size
+
+    asyncio.run(main())
+
+
+class HeldPutLake(MemoryLake):
+    """A memory lake whose PUTs, once their body is read, wait for ``release``: a flush the lake
+    finishes (and stamps) later, as RGW stamps an object when its PUT completes."""
+
+    def __init__(self, clock: list[float]) -> None:
+        super().__init__(buckets=[B], clock=lambda: clock[0])
+        self.entered, self.release = asyncio.Event(), asyncio.Event()
+
+    async def put_object(self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes,
+                         content_md5: str | None = None) -> WriteResult:
+        data = b"".join([bytes(p) async for p in body])
+        self.entered.set()
+        await self.release.wait()
+        return await super().put_object(bucket, key, _pieces(data), length, attrs, content_md5)
+
+
+async def _pieces(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def test_a_write_acknowledged_while_an_older_flush_ends_is_flushed_after_a_restart(tmp_path: Path) -> None:
+    """Alone (no cluster): v1's flush reaches the lake just after v2 was acknowledged, and the
+    node is killed before v2's flush. The lake's Last-Modified is then later than v2's, which
+    does not make v1 newer: the restarted node flushes v2."""
+    now = [1000.9]
+    lake = HeldPutLake(now)
+
+    def node() -> tuple[Journal, WriteBack, Flusher]:
+        journal = Journal(tmp_path / "journal", sync=False)
+        wb = WriteBack(journal, lake, WriteBackConfig(), me="local", clock=lambda: now[0])
+        return journal, wb, Flusher(wb, grace=0.0)
+
+    async def write(wb: WriteBack, data: bytes) -> None:
+        assert await wb.put(B, "k", body(data), len(data), ObjectAttributes(), None, BACK, "t") is not None
+
+    async def main() -> None:
+        journal, wb, flusher = node()
+        await write(wb, b"first")
+        await flusher.round()
+        await lake.entered.wait()  # v1's flush has sent its body
+        now[0] = 1000.95
+        second = asyncio.create_task(write(wb, b"second"))  # v2 committed, v1 dropped, then it
+        while [v.etag for v in journal.versions(B, "k")] != [md5(b"second")]:  # waits for v1's flush
+            await asyncio.sleep(0.01)
+        now[0] = 1001.1
+        lake.release.set()  # v1's PUT completes, stamped 1001
+        await second  # acknowledged
+        await asyncio.gather(*(task for _, task in flusher.running.values()))
+        assert journal.pending_objects() == 1  # v2, not flushed yet: the node is killed now
+        journal.close()
+        with Journal(tmp_path / "journal", sync=False) as restarted:
+            restarted.recover()
+        journal, _, flusher = node()
+        for _ in range(10):
+            await flusher.round()
+            await asyncio.gather(*(task for _, task in flusher.running.values()))
+        assert await in_lake(lake, "k") == b"second"
+        assert journal.pending_objects() == 0
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", ["put", "delete"])
+def test_a_write_whose_commit_fails_leaves_the_last_acknowledged_one_pending(
+        tmp_path: Path, lake: MemoryLake, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """v2's journal commit fails (a full disk; kill -9 at that step is the same): v1, acknowledged,
+    is still in the journal and reaches the lake. (v1 was dropped before v2 was committed.)"""
+    journal = Journal(tmp_path / "journal", sync=False)
+    wb = WriteBack(journal, lake, WriteBackConfig(), me="local")
+    flusher = Flusher(wb, grace=0.0)
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    async def main() -> None:
+        assert await wb.put(B, "k", body(b"first"), 5, ObjectAttributes(), None, BACK, "t") is not None
+        monkeypatch.setattr(journal, "commit", full)
+        with pytest.raises(OSError):
+            if kind == "put":
+                await wb.put(B, "k", body(b"second"), 6, ObjectAttributes(), None, BACK, "t")
+            else:
+                await wb.delete(B, "k", BACK, "t")
+        monkeypatch.undo()
+        assert [v.etag for v in journal.versions(B, "k")] == [md5(b"first")]
+        for _ in range(5):
+            await flusher.round()
+            await asyncio.gather(*(task for _, task in flusher.running.values()))
+        assert await in_lake(lake, "k") == b"first"
+
+    asyncio.run(main())
+
+
+def test_a_flush_whose_version_is_superseded_before_it_opens_the_body_is_aborted_not_a_lake_failure(
+        tmp_path: Path, lake: MemoryLake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A newer write drops the version between the flusher's check and its opening the body:
+    the flush is aborted (the lake did not fail: it is not marked down, nothing is retried)."""
+    journal = Journal(tmp_path / "journal", sync=False)
+    wb = WriteBack(journal, lake, WriteBackConfig(), me="local")
+    flusher = Flusher(wb, grace=0.0)
+    begin = journal.begin_flush
+
+    def superseded_meanwhile(version: Version, pid: int) -> bool:
+        begun = begin(version, pid)
+        journal.remove(B, "k", version.seq)
+        return begun
+
+    async def main() -> None:
+        assert await wb.put(B, "k", body(b"first"), 5, ObjectAttributes(), None, BACK, "t") is not None
+        monkeypatch.setattr(journal, "begin_flush", superseded_meanwhile)
+        await flusher.round()
+        await asyncio.gather(*(task for _, task in flusher.running.values()))
+        assert (wb.lake_health.up, wb.counters["flush_failures"], wb.counters["flush_aborted"]) == (True, 0, 1)
+        assert flusher.retry_at == {}
+
+    asyncio.run(main())
+
+
+def test_a_write_on_another_node_is_answered_only_once_a_flush_of_the_older_version_ended(
+        tmp_path: Path) -> None:
+    """node0 is flushing v1 (its PUT held in the lake) when node1 takes v2: node1's notice drops
+    v1 on node0 and is answered once that flush ended, so v1 can no longer land after v2.
+    (The wait read the flush marks after removing their rows, and never waited.)"""
+    lake = HeldPutLake([1000.0])
+    nodes, _ = cluster(tmp_path, lake)
+
+    async def main() -> None:
+        await put(nodes[0], "k", b"first")
+        await nodes[0].flusher.round()
+        await lake.entered.wait()  # node0's flush of v1 has sent its body
+        second = asyncio.create_task(put(nodes[1], "k", b"second"))
+        while any(v.etag == md5(b"first") for v in nodes[0].journal.versions(B, "k")):
+            await asyncio.sleep(0.01)  # the notice of v2 reached node0
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        answered_before_the_flush_ended = second.done()
+        lake.release.set()
+        await second
+        await flush_all(nodes)
+        assert await in_lake(lake, "k") == b"second"
+        assert not answered_before_the_flush_ended
 
     asyncio.run(main())
