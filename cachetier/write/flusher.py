@@ -77,6 +77,7 @@ async def write_to_lake(lake: Lake, journal: Journal, version: Version,
         return
     upload_id = await lake.create_multipart_upload(bucket, key, attrs)
     try:
+        await asyncio.to_thread(journal.record_lake_upload, upload_id, bucket, key)
         parts, offset = [], 0
         for number, size in enumerate(version.part_sizes, 1):
             result = await lake.upload_part(bucket, key, upload_id, number, body(offset, offset + size - 1), size)

@@ -98,6 +98,7 @@ def listing_sql(strict: bool, bounded: bool) -> str:
     )
 
 
+LAKE_UPLOADS_KEPT = 600.0  # seconds a flush's lake upload stays hidden from listings
 GONE_KEPT = 86400.0  # seconds a key's "gone up to seq" mark is kept (pruned at recovery)
 
 
@@ -255,6 +256,18 @@ class Journal:
     def versions(self, bucket: str, key: str) -> list[Version]:
         rows = self._query(f"SELECT {COLUMNS} FROM versions WHERE bucket = ? AND key = ? ORDER BY seq", bucket, key)
         return [version_of(row) for row in rows]
+
+    def record_lake_upload(self, upload_id: str, bucket: str, key: str) -> None:
+        """A multipart upload the flusher opened in the lake (ListMultipartUploads hides it, also
+        for a while after it completed: a listing that raced the completion must not show it);
+        records older than ``LAKE_UPLOADS_KEPT`` go."""
+        now = time.time()
+        with self._index(write=True) as db:
+            db.execute("DELETE FROM lake_uploads WHERE at < ?", (now - LAKE_UPLOADS_KEPT,))
+            db.execute("INSERT OR REPLACE INTO lake_uploads VALUES (?, ?, ?, ?)", (upload_id, bucket, key, now))
+
+    def lake_uploads(self, bucket: str) -> set[str]:
+        return {row[0] for row in self._query("SELECT upload_id FROM lake_uploads WHERE bucket = ?", bucket)}
 
     def gone_seq(self, bucket: str, key: str) -> int:
         """Up to which seq the key's versions were flushed or overtaken here (0: none known)."""

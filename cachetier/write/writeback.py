@@ -479,7 +479,9 @@ class WriteBack:
             for upload in uploads:
                 if upload.key not in latest:
                     latest[upload.key] = self.journal.latest(bucket, upload.key)
-            return {u.upload_id for u in uploads if (v := latest[u.key]) is not None and v.part_sizes}
+            mine = self.journal.lake_uploads(bucket)  # this node's, also just completed
+            return {u.upload_id for u in uploads if u.upload_id in mine or (
+                (v := latest[u.key]) is not None and v.part_sizes)}
 
         return await asyncio.to_thread(flushes) if uploads else set()
 

@@ -557,3 +557,18 @@ def test_a_write_on_another_node_is_answered_only_once_a_flush_of_the_older_vers
         assert not answered_before_the_flush_ended
 
     asyncio.run(main())
+
+
+def test_a_flush_upload_stays_hidden_from_listings_after_it_completed(tmp_path: Path, lake: MemoryLake) -> None:
+    """A listing that raced a multipart flush's completion (the lake listed the upload, the
+    pending version is gone) still hides it: the flusher records its lake uploads."""
+    from datetime import datetime, timezone
+
+    from cachetier.lake import UploadInfo
+
+    nodes, _ = cluster(tmp_path, lake, 1, replicas=1, sync_replicas=1)
+    wb = nodes[0].wb
+    wb.journal.record_lake_upload("lake-upload-1", B, "mp")
+    listed = [UploadInfo("mp", "lake-upload-1", datetime.now(timezone.utc)),
+              UploadInfo("mp", "clients-own", datetime.now(timezone.utc))]
+    assert asyncio.run(wb.flush_uploads(B, listed)) == {"lake-upload-1"}
