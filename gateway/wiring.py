@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
@@ -44,7 +46,7 @@ from cachetier.telemetry.host import HostSampler
 from cachetier.telemetry.reuse import SIZING_SOCKET, ReuseHub, SizingProbe
 from cachetier.telemetry.snapshots import CacheSnapshot
 from cachetier.fairness.lake import metered
-from cachetier.write.flusher import BACKGROUND, Flusher
+from cachetier.write.flusher import Flusher
 from cachetier.write.journal import Journal
 from cachetier.write.pending import pending_lake
 from cachetier.write.peers import JournalOwner
@@ -326,12 +328,12 @@ def open_writeback(stack: contextlib.AsyncExitStack, settings: Settings, lake: L
 def start_flusher(stack: contextlib.AsyncExitStack, settings: Settings, writeback: WriteBack,
                   fairness: NodeFairness | None, tenants: TenantDirectory) -> None:
     """The node's flusher, in the worker that holds the journal's flush lock."""
-    waiting = (lambda: fairness.fairness.waiting("lake_bytes", besides=BACKGROUND)) if fairness is not None else (
-        lambda: False)
-    if fairness is not None:  # flushes yield the lake budget to tenants' reads (a tenth of the lightest's weight)
-        fairness.fairness.fix_weight(BACKGROUND, 0.1 * min(tenants.weights().values(), default=1.0))
-    flusher = Flusher(writeback, charge=fairness.acquire if fairness is not None else None,
-                      foreground_waiting=waiting, tenant_weights=tenants.weights,
+    waiting: Callable[[], bool] = lambda: False
+    budget: Callable[[], float] = lambda: math.inf
+    if fairness is not None:  # flushes yield to tenants' lake reads waiting for the lake budget
+        waiting = functools.partial(fairness.fairness.waiting, "lake_bytes")
+        budget = lambda: fairness.capacity()["lake_bytes"]  # noqa: E731
+    flusher = Flusher(writeback, budget=budget, foreground_waiting=waiting, tenant_weights=tenants.weights,
                       grace=2 * settings.cluster.membership.failure_timeout if settings.cluster is not None else 0.0)
     lock_dir = journal_path(settings) if settings.server.workers > 1 else None
     start_task(stack, loop_lock(lock_dir, flusher.run))

@@ -118,6 +118,21 @@ def background_slots(max_slots: int, foreground_waiting: bool, dirty: int, thres
     return max_slots
 
 
+BACKGROUND_SHARE = 0.1  # of the node's lake budget background work may use while foreground reads wait
+
+
+def background_rate(budget: float, foreground_waiting: bool, dirty: int, thresholds: Thresholds,
+                    share: float = BACKGROUND_SHARE) -> float:
+    """Bytes/s the background work may send to the lake: unpaced (inf) while no foreground lake
+    read waits, or when dirty > T + delta/2 (the journal must drain); else ``share`` of the
+    node's lake ``budget`` (bytes/s; inf: no budget, so nothing to pace by). Foreground first,
+    the background still moving (Pfimbi); the slots alone cannot do it: one upload still takes
+    its TCP share of a congested link (measured: the drain as long as with four)."""
+    if not foreground_waiting or dirty * 2 > thresholds.soft * 2 + thresholds.delta:
+        return math.inf
+    return share * budget
+
+
 @dataclass(frozen=True)
 class Job:
     """One background transfer. ``position``: 1 = the lake flush of a version, 2, 3, ... = async

@@ -117,8 +117,6 @@ class Fairness:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._pieces: dict[str, float] = {}
-        self._weights: dict[str, float] = {}
-        self._fixed: dict[str, float] = {}
         self._size_pieces()
 
     def _size_pieces(self) -> None:
@@ -126,10 +124,10 @@ class Fairness:
         self._pieces = {r: max(PIECE, self._queue.rate(r) * PIECE_TIME) for r in ("client_bytes", "lake_bytes")
                         if math.isfinite(self._queue.rate(r))}
 
-    def waiting(self, resource: str, besides: str = "") -> bool:
-        """Whether any tenant but ``besides`` has ``resource`` queued now (write-back's flusher
-        asks: foreground lake reads wait for the lake link)."""
-        return any(resource in queued for tenant, queued in self._queue.backlog().items() if tenant != besides)
+    def waiting(self, resource: str) -> bool:
+        """Whether any tenant has ``resource`` queued now (write-back's flusher asks: foreground
+        lake reads wait for the lake link)."""
+        return any(resource in queued for queued in self._queue.backlog().values())
 
     async def acquire(self, tenant: str, resource: str, amount: float) -> None:
         """Wait for ``tenant``'s turn to use ``amount`` of ``resource``; QueueFull past its bound.
@@ -171,14 +169,7 @@ class Fairness:
         self.grant_due()
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
-        self._weights = dict(weights)
-        self._queue.set_weights({**weights, **self._fixed})
-
-    def fix_weight(self, name: str, weight: float) -> None:
-        """A weight that is not a tenant's and that the allocation never changes (write-back's
-        background flushes on the lake budget: a small one, so they yield to tenants' reads)."""
-        self._fixed[name] = weight
-        self._queue.set_weights({**self._weights, **self._fixed})
+        self._queue.set_weights(weights)
 
     def set_limits(self, limits: Mapping[str, Mapping[str, float]]) -> None:
         self._queue.set_limits(limits, self._clock())

@@ -15,7 +15,8 @@ it with the worker, and another worker takes over within a second). Each round:
    again (the later Last-Modified only in a cluster: see ``_wanted``). So a returning node does
    not flush what another copy already flushed.
 2. The scheduler picks which jobs start within the slots it allows.
-3. A flush writes the version (a PUT, a multipart upload with the same part sizes so that the
+3. A flush writes the version (paced to a tenth of the node's lake budget while tenants' lake
+   reads wait: ``Pacer``) (a PUT, a multipart upload with the same part sizes so that the
    lake's ETag is the one the client got, or a DELETE); each piece first checks the version is
    still wanted, and a flush of a superseded version stops mid-body (nothing reaches the lake).
    After the lake's answer: the journal drops the version, and every live node is told
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -45,8 +47,7 @@ from policies import replication
 
 log = logging.getLogger("lakegate.write")
 
-Charge = Callable[[str, str, float], Awaitable[None]]
-BACKGROUND = "~writeback"  # the name flushed bytes are charged under on the lake budget (never a tenant's)
+Pace = Callable[[int], Awaitable[None]]  # awaited before each piece sent to the lake
 Ident = tuple[str, str, int]
 _VERIFY_PER_ROUND = 16  # unverified versions (after a restart) checked in one round
 _PERMANENT_RETRY = 60.0  # a version the lake refuses for good (its bucket gone) is tried again this late
@@ -57,7 +58,7 @@ def ident(version: Version) -> Ident:
 
 
 async def write_to_lake(lake: Lake, journal: Journal, version: Version,
-                        still: Callable[[], Awaitable[bool]] | None = None, charge: Charge | None = None) -> None:
+                        still: Callable[[], Awaitable[bool]] | None = None, pace: Pace | None = None) -> None:
     """``version`` written to the lake: a DELETE, a PUT, or (assembled from parts) a multipart
     upload with the same part boundaries, aborted if anything fails."""
     bucket, key = version.bucket, version.key
@@ -70,7 +71,7 @@ async def write_to_lake(lake: Lake, journal: Journal, version: Version,
     attrs = ObjectAttributes(version.content_type, dict(version.metadata), dict(version.headers))
 
     def body(first: int, last: int) -> AsyncIterator[bytes]:
-        return _charged(file_pieces(journal, version, first, last, still), version.tenant, charge)
+        return _paced(file_pieces(journal, version, first, last, still), pace)
 
     if not version.part_sizes:
         await lake.put_object(bucket, key, body(0, version.size - 1), version.size, attrs)
@@ -92,31 +93,57 @@ async def write_to_lake(lake: Lake, journal: Journal, version: Version,
         raise
 
 
-async def _charged(pieces: AsyncIterator[bytes], tenant: str, charge: Charge | None) -> AsyncIterator[bytes]:
+async def _paced(pieces: AsyncIterator[bytes], pace: Pace | None) -> AsyncIterator[bytes]:
     try:
         async for piece in pieces:
-            if charge is not None:
-                await charge(BACKGROUND, "lake_bytes", len(piece))
+            if pace is not None:
+                await pace(len(piece))
             yield piece
     finally:
         await pieces.aclose()  # type: ignore[attr-defined]
 
 
+class Pacer:
+    """The background's bytes to the lake at ``policies.replication.background_rate``: each
+    piece leaves once the rate allows (shared by all of the flusher's transfers), unpaced while
+    no foreground read waits. ``budget()``: the node's lake budget now (bytes/s)."""
+
+    def __init__(self, waiting: Callable[[], bool], budget: Callable[[], float], dirty: Callable[[], int],
+                 thresholds: replication.Thresholds, clock: Callable[[], float] = time.monotonic) -> None:
+        self.waiting = waiting
+        self.budget = budget
+        self.dirty = dirty
+        self.thresholds = thresholds
+        self.clock = clock
+        self._next = 0.0
+
+    async def __call__(self, amount: int) -> None:
+        rate = replication.background_rate(self.budget(), self.waiting(), self.dirty(), self.thresholds)
+        now = self.clock()
+        if not math.isfinite(rate) or rate <= 0:
+            self._next = now
+            return
+        start = max(now, self._next)
+        self._next = start + amount / rate
+        if start > now:
+            await asyncio.sleep(start - now)
+
+
 class Flusher:
     """The node's background write-back work, driven by ``run`` (in the worker that holds the
     flush lock). ``foreground_waiting`` says whether foreground lake reads wait for the lake
-    link (the fairness budget's queue); ``charge`` charges flushed bytes to the lake budget
-    under ``BACKGROUND`` (None: no fairness), so the link's budget holds for both directions'
-    sum and the tenants' reads are not starved by flushes. (Per tenant, the scheduler orders the
-    background work by the tenants' weights.)"""
+    link (the fairness budget's queue); ``budget`` is the node's lake budget (bytes/s), which
+    paces the flushes while they wait (``Pacer``). Per tenant, the scheduler orders the
+    background work by the tenants' weights."""
 
-    def __init__(self, writeback: WriteBack, *, charge: Charge | None = None,
+    def __init__(self, writeback: WriteBack, *, budget: Callable[[], float] = lambda: math.inf,
                  foreground_waiting: Callable[[], bool] = lambda: False,
                  tenant_weights: Callable[[], dict[str, float]] = dict, grace: float = 5.0,
                  interval: float = 0.2) -> None:
         self.wb = writeback
         self.journal = writeback.journal
-        self.charge = charge
+        self.dirty = 0
+        self.pace = Pacer(foreground_waiting, budget, lambda: self.dirty, writeback.config.thresholds)
         self.foreground_waiting = foreground_waiting
         self.tenant_weights = tenant_weights
         self.grace = grace
@@ -157,7 +184,7 @@ class Flusher:
         await self._announce(versions)
         jobs = {job.id: (job, version) for version in versions for job in await self._jobs(version)}
         queued = tuple(job for job_id, (job, _) in jobs.items() if job_id not in self.running)
-        dirty = sum(v.size for v in versions)
+        dirty = self.dirty = sum(v.size for v in versions)
         config = self.wb.config
         if config.flow_control:
             slots = replication.background_slots(config.flush_concurrency, self.foreground_waiting(), dirty,
@@ -278,9 +305,9 @@ class Flusher:
         try:
             if not await asyncio.to_thread(self.journal.begin_flush, version, self.pid):
                 return  # a newer write removed it
-            charge = self.charge if self.wb.config.flow_control else None
+            pace = self.pace if self.wb.config.flow_control else None
             try:
-                await write_to_lake(self.wb.lake, self.journal, version, lambda: self._still(version), charge)
+                await write_to_lake(self.wb.lake, self.journal, version, lambda: self._still(version), pace)
             finally:
                 await asyncio.to_thread(self.journal.end_flush, version)
         except Superseded:

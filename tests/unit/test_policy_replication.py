@@ -6,6 +6,7 @@ properties over random queues."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import pytest
@@ -339,3 +340,14 @@ def test_decide_respects_slots_order_and_is_work_conserving(
         assert started, "a free slot and an eligible job, but nothing started"
     if len(started) < slots - len(running):  # stopped early: nothing eligible was left
         assert {j.order_key for j in queued} <= busy
+
+
+def test_background_rate_is_a_tenth_of_the_budget_while_foreground_waits_unless_the_journal_must_drain() -> None:
+    from policies.replication import background_rate
+
+    t = Thresholds(100, 100)
+    assert background_rate(1000.0, False, 0, t) == math.inf
+    assert background_rate(1000.0, True, 0, t) == pytest.approx(100.0)
+    assert background_rate(1000.0, True, 150, t) == pytest.approx(100.0)  # at T + delta/2: still paced
+    assert background_rate(1000.0, True, 151, t) == math.inf  # past it: drain
+    assert background_rate(math.inf, True, 0, t) == math.inf  # no budget to pace by

@@ -572,3 +572,32 @@ def test_a_flush_upload_stays_hidden_from_listings_after_it_completed(tmp_path: 
     listed = [UploadInfo("mp", "lake-upload-1", datetime.now(timezone.utc)),
               UploadInfo("mp", "clients-own", datetime.now(timezone.utc))]
     assert asyncio.run(wb.flush_uploads(B, listed)) == {"lake-upload-1"}
+
+
+def test_the_pacer_holds_background_bytes_to_a_tenth_of_the_budget_while_reads_wait() -> None:
+    from cachetier.write.flusher import Pacer
+
+    now = [0.0]
+    waiting = [True]
+    slept: list[float] = []
+    pacer = Pacer(lambda: waiting[0], lambda: 1000.0, lambda: 0, Thresholds(1 << 20, 1 << 20), clock=lambda: now[0])
+
+    async def main() -> None:
+        real_sleep = asyncio.sleep
+
+        async def fake_sleep(seconds: float) -> None:
+            slept.append(seconds)
+            now[0] += seconds
+            await real_sleep(0)
+
+        asyncio.sleep = fake_sleep  # type: ignore[assignment]
+        try:
+            for _ in range(3):
+                await pacer(100)  # 100 bytes at 100 bytes/s: a second apart
+            waiting[0] = False
+            await pacer(10_000)  # nobody waits: at once
+        finally:
+            asyncio.sleep = real_sleep  # type: ignore[assignment]
+        assert slept == [pytest.approx(1.0), pytest.approx(1.0)]
+
+    asyncio.run(main())
