@@ -139,13 +139,10 @@ class SizingCollector(Collector):
         report = self.report()
         if not report:
             return
-        for name, field, help_text in (
+        yield from _gauges(report, (
             ("lakegate_sizing_total_bytes", "total_bytes", "the bytes L1 and L2 share"),
             ("lakegate_sizing_target_l1_bytes", "target_l1_bytes", "the L1 size that minimises what misses cost"),
-        ):
-            value = report.get(field)
-            if isinstance(value, (int, float)):
-                yield GaugeMetricFamily(name, help_text, value=value)
+        ))
         epochs = report.get("epochs")
         if isinstance(epochs, int):
             yield CounterMetricFamily("lakegate_sizing_epochs", "sizing decisions taken", value=epochs)
@@ -212,14 +209,11 @@ class WriteBackCollector(Collector):
         report = self.report()
         if not report:
             return
-        for name, field, help_text in (
+        yield from _gauges(report, (
             ("lakegate_writeback_dirty_bytes", "dirty_bytes", "bytes in this node's journal the lake does not have yet"),
             ("lakegate_writeback_pending_objects", "pending_objects", "writes in this node's journal the lake does "
              "not have yet"),
-        ):
-            value = report.get(field)
-            if isinstance(value, (int, float)):
-                yield GaugeMetricFamily(name, help_text, value=value)
+        ))
         yield GaugeMetricFamily("lakegate_writeback_lake_up", "1 while the flusher's last lake write succeeded",
                                 value=1.0 if report.get("lake_up") else 0.0)
         lag = GaugeMetricFamily("lakegate_writeback_lag_seconds", "age of the oldest pending write this node holds, "
@@ -235,3 +229,11 @@ class WriteBackCollector(Collector):
 
 def _mapping(value: object) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
+
+
+def _gauges(report: Mapping[str, object], rows: tuple[tuple[str, str, str], ...]) -> Iterator[GaugeMetricFamily]:
+    """A gauge per (name, field, help) whose field in ``report`` is a number."""
+    for name, field, help_text in rows:
+        value = report.get(field)
+        if isinstance(value, (int, float)):
+            yield GaugeMetricFamily(name, help_text, value=value)

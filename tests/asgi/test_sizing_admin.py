@@ -75,8 +75,10 @@ def _wait_for_curve(bridge: AsgiBridge) -> dict[str, Any]:
     deadline = time.monotonic() + 30
     while True:
         report = _report(bridge)
-        if report["curves"]["l1"] and report["streams"]["l1"]["sampled_references"] == 0 and report["epochs"] > 1:
-            return report  # an epoch after the reads (its window empty again)
+        if (report["curves"]["l1"] and report["streams"]["l1"]["sampled_references"] == 0 and report["epochs"] > 1
+                and report["l1_miss_cost_s"] is not None):
+            return report  # an epoch after the reads (its window empty again), their fills' cost in
+
         assert time.monotonic() < deadline, report
         time.sleep(0.1)
 
