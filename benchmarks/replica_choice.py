@@ -17,7 +17,9 @@ client node) are sampled every second for the share per candidate over time.
    read once through each owner), node1's L1 small so most reads go to a peer; in the fault
    window node3 (an owner of every key) has its threads and ``--hogs`` busy loops pinned to one
    core, the loops at ``--hog-nice`` (default -10: a higher-priority job; at nice 0 this 2-core
-   machine showed node3 no slower than node2).
+   machine showed node3 no slower than node2); with ``--cpu-fault quota``, node3's processes go
+   into a cgroup limited to ``--quota-percent`` of a core instead (a CPU limit's throttling:
+   node3 slows alone, where the pinned hogs slow the reader's node as much on 2 cores).
 3. peer_disk: the same, node3's cache folder under a dd loop of synced writes instead.
 
 Reported per scenario and policy, for both windows: throughput, p50/p99/p99.9 latency,
@@ -324,6 +326,51 @@ class CpuHog:
             pass
 
 
+class CpuQuota:
+    """The node's processes in a cgroup (v1 ``cpu``) limited to ``percent`` of one core: a
+    CPU limit's throttling, as a container's limit does, which slows that node alone (the hogs
+    of ``CpuHog`` take the core from everything scheduled there, the reader's node too)."""
+
+    ROOT = Path("/sys/fs/cgroup/cpu")
+
+    def __init__(self, pid: int, percent: float) -> None:
+        self.pid, self.percent = pid, percent
+        self.group = self.ROOT / f"lakegate-bench-{os.getpid()}"
+        self.seen: dict[str, Any] = {}
+
+    def _pids(self) -> list[int]:
+        import psutil
+
+        process = psutil.Process(self.pid)
+        return [self.pid, *(c.pid for c in process.children(recursive=True))]
+
+    def start(self) -> None:
+        self.group.mkdir(exist_ok=True)
+        period = int((self.group / "cpu.cfs_period_us").read_text())
+        (self.group / "cpu.cfs_quota_us").write_text(str(max(1000, int(period * self.percent / 100))))
+        for pid in self._pids():
+            (self.group / "cgroup.procs").write_text(str(pid))
+        self.seen = {"cgroup": str(self.group), "quota_percent_of_a_core": self.percent,
+                     "pids": [int(x) for x in (self.group / "cgroup.procs").read_text().split()]}
+
+    def stop(self) -> None:
+        if not self.group.exists():
+            return
+        for pid in (self.group / "cgroup.procs").read_text().split():
+            try:
+                (self.ROOT / "cgroup.procs").write_text(pid)
+            except OSError:  # gone meanwhile
+                pass
+        try:
+            self.group.rmdir()
+        except OSError as exc:
+            log(f"cgroup {self.group} not removed: {exc}")
+
+    @classmethod
+    def available(cls) -> bool:
+        return (cls.ROOT / "cgroup.procs").exists() and os.access(cls.ROOT, os.W_OK)
+
+
 class DiskHog:
     """A loop of synced 64 MiB writes in ``directory`` (the node's cache folder)."""
 
@@ -387,7 +434,7 @@ class Bench:
                                  cache_capacity=args.l1, l2_capacity=args.l2)
         log(f"{scenario}[{policy}] #{repeat}: starting nodes")
         self.relay.set_delay(0.0)
-        hog: CpuHog | DiskHog | None = None
+        hog: CpuHog | CpuQuota | DiskHog | None = None
         try:
             nodes.up()
             client_url = nodes.urls[CLIENT_NODE]
@@ -399,7 +446,9 @@ class Bench:
                 keys = self.locate(nodes)
                 self.warm(nodes, keys)
                 group = "peers"
-                if scenario == "peer_cpu":
+                if scenario == "peer_cpu" and args.cpu_fault == "quota":
+                    hog = CpuQuota(nodes.pids[SLOW_NODE], args.quota_percent)
+                elif scenario == "peer_cpu":
                     hog = CpuHog(nodes.pids[SLOW_NODE], args.hogs, args.hog_nice)
                 else:
                     hog = DiskHog(Path(nodes.node(SLOW_NODE).cache_dir))
@@ -566,6 +615,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hogs", type=int, default=4, help="busy loops pinned beside the slow owner")
     p.add_argument("--hog-nice", type=int, default=-10,
                    help="the busy loops' nice (below 0: they take the core from the node, as a higher-priority job)")
+    p.add_argument("--cpu-fault", choices=("hog", "quota"), default="hog",
+                   help="peer_cpu's fault: busy loops pinned beside the owner (the issue's), or the owner "
+                        "limited to --quota-percent of a core by a cgroup (slows it alone)")
+    p.add_argument("--quota-percent", type=float, default=10.0, help="the owner's CPU limit, % of one core")
     p.add_argument("--l1", default="512KiB", help="each node's L1 capacity (peer scenarios)")
     p.add_argument("--l2", default="128MiB", help="each node's L2 capacity (peer scenarios)")
     p.add_argument("--seed", type=int, default=15)
@@ -653,6 +706,7 @@ def main(argv: list[str] | None = None) -> int:
         "config": {"scenarios": args.scenarios, "policies": args.policies, "repeats": args.repeats,
                    "clients": args.clients, "objects": args.objects, "object_bytes": OBJECT,
                    "peer_keys": len(bench.peer_keys or []), "lake_delay_ms": args.lake_delay_ms, "hogs": args.hogs, "hog_nice": args.hog_nice,
+                   "cpu_fault": args.cpu_fault, "quota_percent": args.quota_percent,
                    "hog_core": HOG_CORE, "l1": args.l1, "l2": args.l2, "seed": args.seed,
                    "client_node": CLIENT_NODE, "slow_node": SLOW_NODE,
                    "lake_endpoints": [e.url for e in ceph.endpoints[:2]] + [relay.url if relay else ""],
