@@ -87,7 +87,8 @@ def test_the_leaders_updates_reach_the_other_node_over_http() -> None:
 
     asyncio.run(main())
     (update,) = second.fairness.updates
-    assert update == wire.WeightsUpdate("n0", update.epoch, {"a": 5.0}, 50.0, {})
+    # every node's weights ride along (Pisces RS: replica choice by the tenant's weight on each)
+    assert update == wire.WeightsUpdate("n0", update.epoch, {"a": 5.0}, 50.0, {}, None, {"n0": {"a": 5.0}, "n1": {"a": 5.0}})
     assert second.fairness.weights == first.fairness.weights == {"a": 5.0}
     assert first.membership.ring.version == second.membership.ring.version != second.membership.planned.version
     assert second.cluster.counters["partitions_moved"] == 1 and len(second.fairness.tables) == 1
