@@ -49,6 +49,7 @@ log = logging.getLogger("lakegate.write")
 
 Pace = Callable[[int], Awaitable[None]]  # awaited before each piece sent to the lake
 Ident = tuple[str, str, int]
+_RECHECK_S = 30.0  # how often a copy held for a live receiver is checked with it
 _VERIFY_PER_ROUND = 16  # unverified versions (after a restart) checked in one round
 _PERMANENT_RETRY = 60.0  # a version the lake refuses for good (its bucket gone) is tried again this late
 
@@ -152,7 +153,8 @@ class Flusher:
         self.state = replication.SchedulerState.initial()
         self.running: dict[str, tuple[replication.Job, asyncio.Task[None]]] = {}
         self.retry_at: dict[Ident, float] = {}
-        self.copied: set[tuple[Ident, str]] = set()  # async copies made (or given up) by this process
+        self.copied: set[tuple[Ident, str]] = set()
+        self.checked: dict[Ident, float] = {}  # copies held for a live receiver: when last checked with it  # async copies made (or given up) by this process
         self.live: set[str] = set()
         self.pid = os.getpid()
 
@@ -181,6 +183,7 @@ class Flusher:
         if not versions:
             self.wb.lake_health.set(True)  # nothing waits on the lake: "down" means a flush is failing
         versions = await self._verified(versions)
+        versions = await self._still_wanted_copies(versions)
         await self._announce(versions)
         jobs = {job.id: (job, version) for version in versions for job in await self._jobs(version)}
         queued = tuple(job for job_id, (job, _) in jobs.items() if job_id not in self.running)
@@ -242,6 +245,34 @@ class Flusher:
                     continue
                 await asyncio.to_thread(self.journal.mark_verified, version)
             kept.append(version)
+        return kept
+
+    async def _still_wanted_copies(self, versions: list[Version]) -> list[Version]:
+        """Copies this node holds for a live receiving node are checked with it now and then
+        (``_RECHECK_S``, at most ``_VERIFY_PER_ROUND`` a round): a copy whose receiver flushed it
+        or saw it overtaken while a notice did not reach this node (a network blip) is dropped,
+        so it can never reach the lake after a newer write."""
+        cluster = self.wb.cluster
+        if cluster is None:
+            return versions
+        live = {m.id: m for m in cluster.membership.peers()}
+        now = time.monotonic()
+        kept, checked = [], 0
+        for version in versions:
+            receiver = live.get(version.holders[0]) if version.holders else None
+            vid = ident(version)
+            if (version.position > 0 and receiver is not None and checked < _VERIFY_PER_ROUND
+                    and now - self.checked.setdefault(vid, now) >= _RECHECK_S):
+                checked += 1
+                self.checked[vid] = now
+                if (await self._holds(receiver, version)).gone:
+                    await asyncio.to_thread(self.journal.remove, *vid)
+                    self.checked.pop(vid, None)
+                    continue
+            kept.append(version)
+        if len(self.checked) > 4 * len(versions) + 1024:  # forget the versions gone meanwhile
+            present = {ident(v) for v in versions}
+            self.checked = {vid: at for vid, at in self.checked.items() if vid in present}
         return kept
 
     async def _mine(self, version: Version) -> bool:

@@ -345,8 +345,14 @@ class WriteBack:
             self.counters["copy_failures"] += len(failed)
             log.warning("write-back copy of %s/%s failed (%s): writing it to the lake now", version.bucket,
                         version.key, failed[0])
-            await self._flush_now(version)
-            copied = set()
+            bucket, key = version.bucket, version.key
+            await self.notify_all(Notice("supersede", bucket, key, version.seq))  # older versions elsewhere stop first
+            try:
+                await self._flush_now(version)
+            finally:  # the copies that did commit go: the lake has the version now, or the write failed
+                await self.notify_all(Notice("supersede", bucket, key, version.seq + 1), only=copied)
+            self.invalidate(bucket, key)
+            return
         await self.notify_all(Notice.pending(version), skip=copied)
         self.invalidate(version.bucket, version.key)
         self.counters["accepted"] += 1
@@ -431,9 +437,10 @@ class WriteBack:
             await asyncio.to_thread(staged.abort)
             raise
         await asyncio.to_thread(self.journal.drop_upload, upload_id)
-        if len(peers) < k - 1 or (k > 1 and not peers):
-            await self._flush_now(version)
-        await self._replicate(version, md5, peers[: k - 1])
+        if k > 1 and not peers:  # fewer than K nodes: to the lake before the answer
+            await self._settle(version, [LookupError(f"fewer than {k} nodes are live")], set())
+        else:
+            await self._replicate(version, md5, peers[: k - 1])
         return WriteResult(etag, _datetime(version.last_modified))
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:

@@ -601,3 +601,30 @@ def test_the_pacer_holds_background_bytes_to_a_tenth_of_the_budget_while_reads_w
         assert slept == [pytest.approx(1.0), pytest.approx(1.0)]
 
     asyncio.run(main())
+
+
+def test_a_failed_copy_sends_the_write_to_the_lake_and_leaves_no_copy_or_older_version_behind(
+        tmp_path: Path, lake: MemoryLake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A synchronous copy that fails: the version goes to the lake before the 200 (after the
+    older pending versions of the key stopped everywhere), and no node keeps a copy or notice;
+    the node that missed the notices drops its stale copy once it checks with the receiver."""
+    from cachetier.write import flusher
+
+    monkeypatch.setattr(flusher, "_RECHECK_S", 0.0)
+    nodes, _ = cluster(tmp_path, lake)
+
+    async def main() -> None:
+        await put(nodes[1], "k", b"old")  # pending on n1 and its copy holder
+        receiver = nodes[0]
+        copy_holder = receiver.wb.holders(B, "k", 2)[0]
+        receiver.peers.down.add(copy_holder.id)  # its copy fails
+        await put(receiver, "k", b"new")
+        assert await in_lake(lake, "k") == b"new" and receiver.wb.counters["copy_failures"] == 1
+        receiver.peers.down.discard(copy_holder.id)
+        await flush_all(nodes)
+        assert await in_lake(lake, "k") == b"new"  # the older version never lands after it
+        for node in nodes:
+            await node.flusher.round()  # the copy holder checks its copies with their receivers
+        assert [n.journal.versions(B, "k") for n in nodes] == [[], [], []]
+
+    asyncio.run(main())
