@@ -333,7 +333,14 @@ class NodeFairness:
         stats = {t: {"queued": s.queued, "delays": _counts(s)}
                  for t, s in self.fairness.snapshot().items()}
         last = self.recent[-1] if self.recent else Totals()
-        return {"totals": self.totals.to_doc(), "recent": recent.to_doc(), "window": last.to_doc(), "stats": stats}
+        return {"totals": self.totals.to_doc(), "recent": recent.to_doc(), "window": last.to_doc(), "stats": stats,
+                "lake_waiting": self.fairness.waiting("lake_bytes")}
+
+    def lake_waiting(self, others: Sequence[Mapping[str, object]]) -> bool:
+        """Whether tenants' lake reads wait for the lake budget on any worker of the node: this
+        one now, the others as they last published (write-back's flusher, in one worker, yields
+        to all of them)."""
+        return self.fairness.waiting("lake_bytes") or any(doc.get("lake_waiting") is True for doc in others)
 
     def node_totals(self, others: Sequence[Mapping[str, object]], part: str = "totals") -> Totals:
         """The node's totals (``part="recent"``: over the last windows): this worker's and the

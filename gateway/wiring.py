@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import math
 import time
@@ -326,12 +325,13 @@ def open_writeback(stack: contextlib.AsyncExitStack, settings: Settings, lake: L
 
 
 def start_flusher(stack: contextlib.AsyncExitStack, settings: Settings, writeback: WriteBack,
-                  fairness: NodeFairness | None, tenants: TenantDirectory) -> None:
-    """The node's flusher, in the worker that holds the journal's flush lock."""
+                  fairness: NodeFairness | None, tenants: TenantDirectory, board: WorkerBoard | None) -> None:
+    """The node's flusher, in the worker that holds the journal's flush lock; it yields to
+    tenants' lake reads waiting on any of the node's workers."""
     waiting: Callable[[], bool] = lambda: False
     budget: Callable[[], float] = lambda: math.inf
     if fairness is not None:  # flushes yield to tenants' lake reads waiting for the lake budget
-        waiting = functools.partial(fairness.fairness.waiting, "lake_bytes")
+        waiting = lambda: fairness.lake_waiting(board_part(board, "fairness"))  # noqa: E731
         budget = lambda: fairness.capacity()["lake_bytes"]  # noqa: E731
     flusher = Flusher(writeback, budget=budget, foreground_waiting=waiting, tenant_weights=tenants.weights,
                       grace=2 * settings.cluster.membership.failure_timeout if settings.cluster is not None else 0.0)
@@ -529,7 +529,7 @@ async def running_node(
         journal_owner = None
         if writeback is not None:
             journal_owner = JournalOwner(writeback.me, writeback.journal, writeback.on_notice, writeback.on_copy)
-            start_flusher(stack, settings, writeback, fairness, tenants)
+            start_flusher(stack, settings, writeback, fairness, tenants, board)
         peer_api = PeerAPI(secret, cluster, cache.reads if cache is not None else None, load,
                            body_timeout=settings.server.frontend.body_timeout, fairness=member, meter=meter,
                            anomalies=telemetry.reports, journal=journal_owner)

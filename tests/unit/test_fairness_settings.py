@@ -141,3 +141,14 @@ def test_a_leader_update_reaching_one_worker_reaches_the_others(tmp_path: Path) 
     assert two.weight_on("n2", "a") == 0.25 and two.weight_on("n2", "b") is None and two.weight_on("n9", "a") is None
     one.tick([])  # its own write is not news to the worker that wrote it
     assert one.state.epoch == 5
+
+
+def test_lake_waiting_counts_every_worker_of_the_node(tmp_path: Path) -> None:
+    """Write-back's flusher runs in one worker and yields to lake reads waiting on any: the
+    others' as they last published."""
+    tenants = TenantDirectory([Tenant("a", "AK1", "s")])
+    node = NodeFairness(FairnessSettings(request_rate=100.0), tenants, workers=2, directory=tmp_path,
+                        clock=lambda: 0.0)
+    assert node.published()["lake_waiting"] is False
+    assert not node.lake_waiting([{"lake_waiting": False}, {}])
+    assert node.lake_waiting([{"lake_waiting": False}, {"lake_waiting": True}])
