@@ -27,8 +27,10 @@ TEST_CEPH_MS_PORTS ?= 46900 46999
 TEST_CEPH_RGWS     ?= 2
 
 # what `make test` needs from Debian: the binaries, and the packages that bring them
-TEST_BINARIES    := ceph-mon ceph-osd radosgw radosgw-admin ceph monmaptool ceph-authtool curl openssl
-TEST_APT_PACKAGES := ceph-mon ceph-osd radosgw ceph-common curl openssl
+TEST_BINARIES    := ceph-mon ceph-osd radosgw radosgw-admin ceph monmaptool ceph-authtool curl openssl \
+                    prometheus promtool
+TEST_APT_PACKAGES := ceph-mon ceph-osd radosgw ceph-common curl openssl \
+                     prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PIP  := PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore $(VENV)/bin/python -m pip
 

@@ -3,7 +3,9 @@ queries: ``CachedLake.snapshot``, ``Cluster.ring_report``)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -105,12 +107,7 @@ class FairnessCollector(Collector):
         report = self.report()
         tenants = report.get("tenants")
         rows = tenants if isinstance(tenants, dict) else {}
-        for field, name, kind, help_text in TENANT_METRICS:
-            family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-            family = family_type(name, help_text, labels=["tenant"])
-            for tenant, row in rows.items():
-                family.add_metric([tenant], float(row.get(field, 0)))
-            yield family
+        yield from _labelled(TENANT_METRICS, "tenant", rows)
         delays = HistogramMetricFamily("lakegate_tenant_queue_delay_seconds",
                                        "how long admitted requests waited for their turn", labels=["tenant"])
         for tenant, row in rows.items():
@@ -214,6 +211,13 @@ class WriteBackCollector(Collector):
             ("lakegate_writeback_pending_objects", "pending_objects", "writes in this node's journal the lake does "
              "not have yet"),
         ))
+        thresholds = _mapping(report.get("thresholds"))
+        soft, delta = thresholds.get("soft"), thresholds.get("delta")
+        if isinstance(soft, int) and isinstance(delta, int):
+            yield GaugeMetricFamily("lakegate_writeback_dirty_soft_bytes", "T: past it the journal's flushes "
+                                    "speed up (LAKEGATE_WRITE_DIRTY_SOFT)", value=soft)
+            yield GaugeMetricFamily("lakegate_writeback_dirty_hard_bytes", "T + delta: past it writes are "
+                                    "answered SlowDown", value=soft + delta)
         yield GaugeMetricFamily("lakegate_writeback_lake_up", "1 while the flusher's last lake write succeeded",
                                 value=1.0 if report.get("lake_up") else 0.0)
         lag = GaugeMetricFamily("lakegate_writeback_lag_seconds", "age of the oldest pending write this node holds, "
@@ -225,6 +229,55 @@ class WriteBackCollector(Collector):
         for name, value in _mapping(report.get("counters")).items():
             if isinstance(value, int):
                 yield CounterMetricFamily(f"lakegate_writeback_{name}", WRITEBACK_COUNTERS.get(name, name), value=value)
+
+
+# per lake endpoint (S3Lake.endpoint_stats): (field, metric, kind, help)
+LAKE_METRICS = (
+    ("requests", "lakegate_lake_requests", "counter", "requests (attempts) sent to the lake endpoint"),
+    ("errors", "lakegate_lake_errors", "counter", "attempts the endpoint failed: connection errors, timeouts, "
+     "5xx, bodies broken mid-way"),
+    ("outstanding", "lakegate_lake_outstanding", "gauge", "attempts in flight now"),
+)
+
+
+class LakeCollector(Collector):
+    """The S3 lake's endpoints; ``stats`` answers per endpoint URL (all workers' counts). Every
+    endpoint has its series from the start, so a rate of errors is 0, not absent, on a healthy lake."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, Mapping[str, int]]]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        yield from _labelled(LAKE_METRICS, "endpoint", self.stats())
+
+
+class DiskCollector(Collector):
+    """The file system of the cache directory (L1, L2 and the write-back journal): its size and
+    what is left, so an alert sees the disk filling whatever the tiers' capacities say."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            usage = shutil.disk_usage(self.directory)
+        except OSError:  # not there (yet): no figures rather than wrong ones
+            return
+        yield GaugeMetricFamily("lakegate_cache_disk_size_bytes", "size of the cache directory's file system",
+                                value=usage.total)
+        yield GaugeMetricFamily("lakegate_cache_disk_free_bytes", "bytes of that file system still free for "
+                                "lakegate (not the root reserve)", value=usage.free)
+
+
+def _labelled(table: tuple[tuple[str, str, str, str], ...], label: str,
+              rows: Mapping[str, Mapping[str, object]]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    """A family per (field, name, kind, help) of ``table``, a sample per row (its key: ``label``)."""
+    for field, name, kind, help_text in table:
+        family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+        family = family_type(name, help_text, labels=[label])
+        for key, row in rows.items():
+            family.add_metric([key], float(row.get(field, 0)))  # type: ignore[arg-type]
+        yield family
 
 
 def _mapping(value: object) -> dict[str, object]:

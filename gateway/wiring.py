@@ -59,10 +59,11 @@ from gateway.loops.telemetry import NodeTelemetry, PeerScores, telemetry_loop
 from gateway.loops.sizing import TierControl, initial_split, read_report, report_path, start_sizing
 from gateway.loops.membership import heartbeat_loop, host_load
 from gateway.metrics import (
-    CacheCollector, ClusterCollector, FairnessCollector, SizingCollector, TelemetryCollector, WriteBackCollector,
+    CacheCollector, ClusterCollector, DiskCollector, FairnessCollector, LakeCollector, SizingCollector,
+    TelemetryCollector, WriteBackCollector,
 )
 from gateway.peerapi import Meter, PeerAPI
-from gateway.workerstats import WorkerBoard, node_cache, node_counters
+from gateway.workerstats import WorkerBoard, node_cache, node_counters, node_lake
 from gateway.s3.frontend import S3Frontend
 from gateway.s3.writemode import WriteModes
 from gateway.settings import CacheSettings, ClusterSettings, LakeSettings, Settings
@@ -108,6 +109,7 @@ class Node:
     lake_replicas: Replicas | None = None  # which endpoint of the lake (issue 15)
     peer_replicas: Replicas | None = None  # which of a block's peer owners
     writeback: WriteBack | None = None  # the write-back journal's intake (issue 14; None: the cache is off)
+    lake_endpoints: Callable[[], dict[str, dict[str, int]]] | None = None  # an S3 lake's counts (this worker's)
 
     def replication_report(self) -> dict[str, object] | None:
         """``/_lakegate/admin/replication``: the node's journal and this worker's write-back counts
@@ -142,6 +144,10 @@ class Node:
             registry.register(TelemetryCollector(self.telemetry.snapshot))
         if self.writeback is not None:
             registry.register(WriteBackCollector(self.replication_report))
+        if self.lake_endpoints is not None:
+            registry.register(LakeCollector(self.lake_stats))
+        if self.cache is not None:
+            registry.register(DiskCollector(self.settings.cache.directory))
         object.__setattr__(self, "registry", registry)
 
     def sizing_report(self) -> dict[str, object] | None:
@@ -175,6 +181,11 @@ class Node:
                     held[tenant] = held.get(tenant, 0) + size
         return self.fairness.tenants_json(self.others("fairness"), held, capacity)
 
+    def lake_stats(self) -> dict[str, dict[str, int]]:
+        """Per endpoint of the S3 lake: requests, errors, outstanding (all workers)."""
+        own = self.lake_endpoints() if self.lake_endpoints is not None else {}
+        return own if self.board is None else node_lake(own, self.board.others())
+
     def cluster_counters(self) -> dict[str, int]:
         if self.cluster is None:
             return {}
@@ -191,7 +202,8 @@ class Node:
             self.board.publish(own_cache, self.cluster.counter_values() if self.cluster is not None else None,
                                fairness=fairness,
                                telemetry=self.telemetry.published() if self.telemetry is not None else None,
-                               writeback=self.writeback.counter_values() if self.writeback is not None else None)
+                               writeback=self.writeback.counter_values() if self.writeback is not None else None,
+                               lake=self.lake_endpoints() if self.lake_endpoints is not None else None)
 
     def stats(self) -> NodeStats:
         cluster = None
@@ -480,6 +492,7 @@ async def running_node(
             if settings.lake.s3 is not None:
                 lake_replicas = Replicas(settings.replica_policy)
             lake = await open_lake(stack, settings.lake, lake_replicas)
+        lake_endpoints = lake.endpoint_stats if isinstance(lake, S3Lake) else None
         fairness = None
         if settings.fairness.fq or limited(settings.fairness):
             seeds = len(settings.cluster.seeds) if settings.cluster is not None else 0
@@ -544,7 +557,8 @@ async def running_node(
                         write_modes=WriteModes(write.mode, write.bucket_modes, write.max_replicas))
         node = Node(settings, tenants, served, cache, cluster, s3, peer_api, board=board, fairness=fairness,
                     fair_member=member, telemetry=telemetry,
-                    lake_replicas=lake_replicas, peer_replicas=peer_replicas, writeback=writeback)
+                    lake_replicas=lake_replicas, peer_replicas=peer_replicas, writeback=writeback,
+                    lake_endpoints=lake_endpoints)
         if fairness is not None:
             start_task(stack, fairness_loop(node, fairness))
         if node.board is not None:

@@ -7,7 +7,7 @@ back: a worker that died keeps its last file (its replacement has a new pid), an
 supervisor clears the folder when the node starts.
 
 What is added: per-tenant cache counters, the tiers' hits, misses, evictions and corrupt blocks,
-the cluster counters, the cache-on-write bytes buffered now, and each worker's fairness counts
+the cluster counters, the lake endpoints' requests and errors, the cache-on-write bytes buffered now, and each worker's fairness counts
 (``gateway.admission`` adds them). Capacities and bytes used are the node's already (the tiers'
 space manager answers them).
 """
@@ -41,8 +41,10 @@ class WorkerBoard:
 
     def publish(self, cache: CacheSnapshot | None, cluster: Mapping[str, int] | None,
                 fairness: Mapping[str, object] | None = None, telemetry: Mapping[str, object] | None = None,
-                writeback: Mapping[str, int] | None = None) -> None:
+                writeback: Mapping[str, int] | None = None,
+                lake: Mapping[str, Mapping[str, int]] | None = None) -> None:
         doc = {
+            "lake": {url: dict(counts) for url, counts in (lake or {}).items()},
             "writeback": dict(writeback or {}),
             "fairness": dict(fairness or {}),
             "telemetry": dict(telemetry or {}),
@@ -92,6 +94,15 @@ def node_counters(own: Mapping[str, int], others: list[dict[str, object]], part:
     for doc in others:
         total.update(_counts(doc.get(part)))
     return {name: total[name] for name in own}
+
+
+def node_lake(own: Mapping[str, Mapping[str, int]], others: list[dict[str, object]]) -> dict[str, dict[str, int]]:
+    """Per lake endpoint, ``own`` counts with the other workers' added (their endpoints too)."""
+    total: dict[str, Counter[str]] = {url: Counter(counts) for url, counts in own.items()}
+    for doc in others:
+        for url, counts in _mapping(doc.get("lake")).items():
+            total.setdefault(url, Counter()).update(_counts(counts))
+    return {url: dict(counts) for url, counts in total.items()}
 
 
 def _mapping(value: object) -> dict[str, object]:
