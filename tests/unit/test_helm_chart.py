@@ -133,6 +133,8 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("config", {"LAKEGATE_PEERS": "dns:elsewhere:9000"}),
         ("config", {"lakegate_log_level": "debug"}),
         ("config", {"LAKEGATE_LOG_LEVEL": ["debug"]}),
+        ("config", {"LAKEGATE_CACHE_CAPACITY": 1073741824}),  # helm would write 1.073741824e+09
+        ("shutdown.flushTimeout", 86400),
         ("tenants.list", [{"name": "etl", "access_key": "AK"}]),  # no secret_key
         ("tenants.list", [{"name": "etl", "access_key": "AK", "secret_key": "s", "weight": 0}]),
         ("tenants.list", [{"name": "etl", "access_key": "AK", "secret_key": "s", "wieght": 2}]),
@@ -261,8 +263,10 @@ def test_service_monitor_only_under_its_flag() -> None:
 
 def test_templates_and_manifests_use_the_same_ports() -> None:
     templates = "\n".join(_object_templates().values())
-    template_names = set(re.findall(r"^\s*(?:- name|port|targetPort): (s3)$", templates, flags=re.MULTILINE))
-    assert template_names == {"s3"}
+    # every port of a template is the one value or the name s3 (no number written in a template)
+    ports = re.findall(r"^\s*(?:- )?(?:port|containerPort|targetPort): (.+)$", templates, flags=re.MULTILINE)
+    assert ports and set(ports) == {"{{ .Values.service.port }}", "s3"}
+    assert set(re.findall(r"^\s*- name: (s3)$", templates, flags=re.MULTILINE)) == {"s3"}
     port = _values()["service"]["port"]
     assert "containerPort: {{ .Values.service.port }}" in templates
     container = _container()
