@@ -94,6 +94,11 @@ def _container() -> dict[str, Any]:
     return container
 
 
+def _actions(text: str) -> list[str]:
+    """The template actions of a file (between {{ and }}), comments left out."""
+    return [a for a in re.findall(r"\{\{-?\s*(.*?)\s*-?\}\}", text, flags=re.DOTALL) if not a.startswith("/*")]
+
+
 def _bytes(size: str) -> int:
     """Kubernetes quantities (100Gi) and lakegate's sizes (40GiB), the binary units both use."""
     number, unit = re.fullmatch(r"([0-9.]+)\s*([KMGTP]i)?B?", size).groups()  # type: ignore[union-attr]
@@ -254,7 +259,7 @@ def test_templates_and_manifests_name_the_same_kinds() -> None:
 
 def test_service_monitor_only_under_its_flag() -> None:
     template = _templates()["servicemonitor.yaml"]
-    actions = [a for a in re.findall(r"\{\{-?\s*(.*?)\s*-?\}\}", template) if not a.startswith("/*")]
+    actions = _actions(template)
     assert actions[0] == "if .Values.serviceMonitor.enabled" and actions[-1] == "end"
     assert template.index("if .Values.serviceMonitor.enabled") < template.index("kind: ServiceMonitor")
     assert _values()["serviceMonitor"]["enabled"] is False
@@ -418,3 +423,32 @@ def test_config_checksum_is_the_sha256_of_the_configmap_as_rendered() -> None:
     text = DEFAULT.read_text().split("# Source: lakegate/templates/configmap.yaml\n")[1].split("---\n")[0]
     annotations = _by_kind("StatefulSet")["spec"]["template"]["metadata"]["annotations"]
     assert annotations["checksum/config"] == hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---- what can be checked of the template language without rendering it
+
+
+def test_templates_blocks_are_closed() -> None:
+    for name, text in _templates().items():
+        assert text.count("{{") == text.count("}}"), name
+        opened = [a for a in _actions(text) if re.match(r"(if|with|range|define)\b", a)]
+        closed = [a for a in _actions(text) if a == "end"]
+        assert len(opened) == len(closed), name
+
+
+def test_every_helper_included_is_defined() -> None:
+    helpers = _templates()["_helpers.tpl"]
+    defined = set(re.findall(r'define "([\w.]+)"', helpers))
+    included = {n for text in _templates().values() for n in re.findall(r'include "([\w.]+)"', text)}
+    assert included <= defined
+    assert defined <= included  # none left unused
+
+
+def test_chart_metadata_and_notes() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert (chart["apiVersion"], chart["name"], chart["type"]) == ("v2", "lakegate", "application")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", chart["version"])
+    assert chart["appVersion"] == _values()["image"]["tag"]
+    notes = _templates()["NOTES.txt"]
+    assert '"addressing_style": "path"' in notes and "--endpoint-url" in notes
+    assert "fs.s3a.path.style.access=true" in notes
