@@ -145,7 +145,7 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("tenants.list", [{"name": "etl", "access_key": "AK", "secret_key": "s", "wieght": 2}]),
         ("cache.size", "lots"),
         ("cache.mountPath", "var/cache"),
-        ("shutdown.timeout", 0),
+        ("shutdown.timeout", -1),
         ("podSecurityContext.runAsNonRoot", False),
         ("serviceMonitor.enabled", "yes"),
         ("lake.existingSecret", "Not_A_Secret_Name"),
