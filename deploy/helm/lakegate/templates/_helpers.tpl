@@ -69,7 +69,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* cluster.secret, else the one generated at install (kept across upgrades), else a new one. */}}
 {{- define "lakegate.clusterSecret" -}}
 {{- $existing := lookup "v1" "Secret" .Release.Namespace (include "lakegate.fullname" .) }}
-{{- $kept := dig "data" "cluster-secret" "" ($existing | default dict) }}
+{{- $kept := dig "data" "cluster-secret" "" ($existing | default (dict)) }}
 {{- if .Values.cluster.secret }}
 {{- .Values.cluster.secret }}
 {{- else if $kept }}
