@@ -84,6 +84,15 @@ def _by_kind(kind: str) -> dict[str, Any]:
     return found
 
 
+def _service(name: str) -> dict[str, Any]:
+    (found,) = [doc for _, doc in _documents(DEFAULT) if doc["kind"] == "Service" and doc["metadata"]["name"] == name]
+    return found
+
+
+def _kinds(template: str) -> list[str]:
+    return re.findall(r"^kind: (\w+)$", template, flags=re.MULTILINE)
+
+
 def _settings_of_env_example() -> set[str]:
     text = (ROOT / ".env.example").read_text()
     return set(re.findall(r"^(LAKEGATE_[A-Z0-9_]+)=", text, flags=re.MULTILINE))
@@ -182,7 +191,9 @@ def test_tenants_rendered_as_json_values_are_a_tenants_file(tmp_path: Path) -> N
     tenants = [{"name": "etl <nightly>", "access_key": "ETLKEY", "secret_key": 'se"cret&1', "weight": 2,
                 "buckets": ["etl-*", "shared"], "max_lake_bandwidth": "50MB/s", "demo": False}]
     assert "{{ $key }} = {{ $value | toJson }}" in _templates()["_helpers.tpl"]
-    go_json = lambda v: json.dumps(v).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")  # noqa: E731
+    def go_json(value: Any) -> str:
+        return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
     lines = ["# lakegate tenants, from the chart's tenants.list"]
     for tenant in tenants:
         lines += ["", "[[tenant]]"] + [f"{k} = {go_json(v)}" for k, v in sorted(tenant.items())]
@@ -229,7 +240,7 @@ def test_service_monitor_manifest_selects_the_client_service_port() -> None:
     ((source, monitor),) = _documents(SERVICE_MONITOR)
     assert source == "servicemonitor.yaml"
     assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "ServiceMonitor")
-    (client,) = [d for d in (doc for _, doc in _documents(DEFAULT)) if d["kind"] == "Service" and d["metadata"]["name"] == "lakegate"]
+    client = _service("lakegate")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= client["metadata"]["labels"].items()
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["path"] == "/metrics"
@@ -244,14 +255,14 @@ def test_every_manifest_document_comes_from_a_template_of_the_same_kind() -> Non
     templates = _object_templates()
     for source, document in _manifests():
         assert source in templates
-        assert re.findall(r"^kind: (\w+)$", templates[source], flags=re.MULTILINE) == [document["kind"]]
+        assert _kinds(templates[source]) == [document["kind"]]
     rendered = Counter(source for source, _ in _manifests())
     assert set(rendered) == set(templates)  # every template is rendered by one manifest or the other
     assert all(count == 1 for count in rendered.values())
 
 
 def test_templates_and_manifests_name_the_same_kinds() -> None:
-    template_kinds = Counter(k for t in _object_templates().values() for k in re.findall(r"^kind: (\w+)$", t, flags=re.MULTILINE))
+    template_kinds = Counter(kind for text in _object_templates().values() for kind in _kinds(text))
     assert template_kinds == Counter(doc["kind"] for _, doc in _manifests())
     assert template_kinds == Counter({"Service": 2, "StatefulSet": 1, "ConfigMap": 1, "Secret": 1,
                                       "PodDisruptionBudget": 1, "ServiceMonitor": 1})
@@ -277,8 +288,7 @@ def test_templates_and_manifests_use_the_same_ports() -> None:
     container = _container()
     assert container["ports"] == [{"name": "s3", "containerPort": port, "protocol": "TCP"}]
     for name in ("lakegate", "lakegate-headless"):
-        (service,) = [d for _, d in _documents(DEFAULT) if d["kind"] == "Service" and d["metadata"]["name"] == name]
-        assert service["spec"]["ports"] == [{"name": "s3", "port": port, "targetPort": "s3", "protocol": "TCP"}]
+        assert _service(name)["spec"]["ports"] == [{"name": "s3", "port": port, "targetPort": "s3", "protocol": "TCP"}]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"]["port"] == "s3"
 
@@ -287,7 +297,8 @@ def test_templates_and_manifests_probe_the_same_paths() -> None:
     statefulset = _object_templates()["statefulset.yaml"]
     template_probes = re.findall(r"^\s*(\w+Probe):\n\s*httpGet:\n\s*path: (\S+)$", statefulset, flags=re.MULTILINE)
     container = _container()
-    assert dict(template_probes) == {p: container[p]["httpGet"]["path"] for p in ("startupProbe", "livenessProbe", "readinessProbe")}
+    probes = ("startupProbe", "livenessProbe", "readinessProbe")
+    assert dict(template_probes) == {probe: container[probe]["httpGet"]["path"] for probe in probes}
     assert container["livenessProbe"]["httpGet"]["path"] == "/_lakegate/health/live"
     assert container["readinessProbe"]["httpGet"]["path"] == "/_lakegate/health/ready"
 
@@ -355,7 +366,8 @@ def test_nodes_have_stable_ids_addresses_and_volumes() -> None:
     headless = statefulset["spec"]["serviceName"]
     assert env["LAKEGATE_ADVERTISE_URL"]["value"] == (
         f"http://$(LAKEGATE_NODE_ID).{headless}.$(POD_NAMESPACE).svc.cluster.local:9000")
-    assert list(env).index("POD_NAMESPACE") < list(env).index("LAKEGATE_ADVERTISE_URL")  # $(VAR) expands earlier ones only
+    # $(VAR) expands only variables defined before it
+    assert list(env).index("POD_NAMESPACE") < list(env).index("LAKEGATE_ADVERTISE_URL")
     (claim,) = statefulset["spec"]["volumeClaimTemplates"]
     mounts = {m["name"]: m["mountPath"] for m in _container()["volumeMounts"]}
     assert mounts[claim["metadata"]["name"]] == _by_kind("ConfigMap")["data"]["LAKEGATE_CACHE_DIR"]
@@ -363,7 +375,7 @@ def test_nodes_have_stable_ids_addresses_and_volumes() -> None:
 
 def test_peers_are_found_through_the_headless_service_before_they_are_ready() -> None:
     statefulset = _by_kind("StatefulSet")
-    (headless,) = [d for _, d in _documents(DEFAULT) if d["kind"] == "Service" and d["metadata"]["name"] == statefulset["spec"]["serviceName"]]
+    headless = _service(statefulset["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
     name, namespace = headless["metadata"]["name"], headless["metadata"]["namespace"]
     assert _by_kind("ConfigMap")["data"]["LAKEGATE_PEERS"] == f"dns:{name}.{namespace}.svc.cluster.local:9000"
