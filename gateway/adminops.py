@@ -11,7 +11,9 @@ Its lake reads pass through the lake fairness (``cachetier.fairness.lake``): wit
 they are charged to T, in T's turn at its weight (a job warming T's data spends T's share);
 without, to ``WARM_TENANT``, as background work that also waits while any tenant's lake read
 waits for the lake budget on any worker of the node (as write-back's flusher does), so a warm
-never starves tenants' reads. Objects too large to cache are skipped (a read would bypass it).
+never starves tenants' reads. The blocks a warm stores are held (for tenant-fair eviction) by the
+tenant it is charged to, ``WARM_TENANT`` included, until a tenant's read claims them too.
+Objects too large to cache are skipped (a read would bypass it).
 
 A job runs in the worker that took the POST. Its state is a JSON file per job under
 ``CACHE_DIR/admin/warm/`` (written to a temp file and renamed: a reader sees a whole one), so
@@ -63,6 +65,7 @@ _STALE = 30.0  # a running job's state older than this: its worker is gone
 _YIELD = 0.05  # a background warm's pause while tenants' lake reads wait (seconds)
 _MAX_ERRORS = 20  # errors kept in a job's state (the count goes on)
 _INVALIDATE_BATCH = 100  # keys per peer Invalidate message
+_KEPT_JOBS = 100  # finished jobs' files kept (the oldest go as new jobs start)
 _JOB_ID = re.compile(r"^[0-9a-f]{16}$")
 RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
 
@@ -138,6 +141,18 @@ class JobFiles:
             return []
         return sorted(p.stem for p in self.directory.glob("*.json") if _JOB_ID.match(p.stem))
 
+    def prune(self, keep: int = _KEPT_JOBS) -> None:
+        """Remove the oldest finished jobs' files past ``keep``."""
+        finished = [(doc.get("updated", 0), doc["id"]) for doc in map(self.read, self.ids())
+                    if doc is not None and doc.get("state") != RUNNING]
+        for _, job_id in sorted(finished)[:max(0, len(finished) - keep)]:
+            self.forget(job_id)
+
+    def forget(self, job_id: str) -> None:
+        for suffix in (".json", ".cancel"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.directory / f"{job_id}{suffix}").unlink()
+
     def ask_cancel(self, job_id: str) -> None:
         (self.directory / f"{job_id}.cancel").touch()
 
@@ -197,6 +212,7 @@ class AdminOps:
 
     def start_warm(self, bucket: str | None, prefix: str, tenant: str | None) -> dict[str, Any]:
         job = WarmJob(checked_bucket(bucket), prefix, self._tenant(tenant))
+        self.files.prune()
         self.files.write(job.doc)
         task = asyncio.create_task(self._run(job))
         self._jobs[job.id] = (job, task)
@@ -243,6 +259,8 @@ class AdminOps:
             beat.cancel()
             job.doc["listing"] = False
             self._save(job)
+            with contextlib.suppress(FileNotFoundError):
+                (self.files.directory / f"{job.id}.cancel").unlink()
 
     async def _beat(self, job: WarmJob) -> None:
         while True:

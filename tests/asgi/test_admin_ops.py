@@ -197,3 +197,20 @@ def test_a_missing_bucket_fails_the_job(bridge: AsgiBridge) -> None:
     assert status == 202
     failed = wait_job(bridge, doc["id"], "failed")
     assert failed["error_count"] == 1 and "NoSuchBucket" in failed["errors"][0]
+
+
+def _lake_bytes(bridge: AsgiBridge) -> dict[str, int]:
+    status, report = call(bridge, "GET", "/_lakegate/admin/tenants")
+    assert status == 200, report
+    return {name: row["lake_bytes"] for name, row in report["tenants"].items()}
+
+
+def test_a_warm_is_charged_to_its_tenant_in_the_lake_fairness(bridge: AsgiBridge) -> None:
+    call(bridge, "POST", "/_lakegate/admin/drop?bucket=warmed")
+    before = _lake_bytes(bridge)
+    warm(bridge, "bucket=warmed&prefix=other%2F&tenant=alice")
+    warm(bridge, "bucket=warmed&prefix=data%2F")
+    after = _lake_bytes(bridge)
+    assert after["alice"] - before.get("alice", 0) == MiB  # other/c, in alice's turn
+    assert after["lakegate-warm"] - before.get("lakegate-warm", 0) == 3 * MiB + MiB + MiB // 2
+    assert after["bob"] == before["bob"]

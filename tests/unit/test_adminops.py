@@ -3,12 +3,19 @@ running job whose worker is gone reads as failed, job files written whole and re
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
-from gateway.adminops import FAILED, RUNNING, BadRequest, JobFiles, _as_seen, checked_bucket, checked_job_id
+from cachetier.cachedlake import CachedLake
+from gateway.adminops import (
+    FAILED, RUNNING, AdminOps, BadRequest, JobFiles, WarmJob, _as_seen, checked_bucket, checked_job_id,
+)
+from gateway.tenants import TenantDirectory
 
 
 def test_job_ids_are_16_hex_digits() -> None:
@@ -51,3 +58,29 @@ def test_job_files(tmp_path: Path) -> None:
     files.ask_cancel("0123456789abcdef")
     assert files.cancel_asked("0123456789abcdef")
     assert [p.name for p in (tmp_path / "warm").iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_old_finished_jobs_are_pruned(tmp_path: Path) -> None:
+    files = JobFiles(tmp_path)
+    for n in range(4):
+        files.write(_job(id=f"{n:016x}", state="done", updated=float(n)))
+    files.write(_job(id="f" * 16, updated=time.time()))  # running (this process): not pruned
+    files.ask_cancel("0" * 16)
+    files.prune(keep=2)
+    assert files.ids() == [f"{2:016x}", f"{3:016x}", "f" * 16]
+    assert not files.cancel_asked("0" * 16)
+
+
+def test_a_background_warm_waits_while_tenants_lake_reads_wait(tmp_path: Path) -> None:
+    waits = iter([True, True, False])
+    asked: list[bool] = []
+
+    def lake_waiting() -> bool:
+        asked.append(True)
+        return next(waits)
+
+    ops = AdminOps(cast(CachedLake, None), tmp_path, TenantDirectory([]), lake_waiting=lake_waiting)
+    asyncio.run(ops._background_turn(WarmJob("b", "", None)))
+    assert len(asked) == 3
+    asyncio.run(ops._background_turn(WarmJob("b", "", "alice")))  # a tenant's warm: in its own turn
+    assert len(asked) == 3
