@@ -54,7 +54,7 @@ from cachetier.cluster.node import Cluster
 from cachetier.context import RequestContext, current
 from cachetier.errors import S3Error
 from cachetier.lake import ListEntry, ListQuery
-from gateway.tenants import TenantDirectory
+from gateway.tenants import Tenant, TenantDirectory
 from policies import admission
 
 log = logging.getLogger("lakegate.adminops")
@@ -211,7 +211,8 @@ class AdminOps:
     # ---- warm --------------------------------------------------------------------------------
 
     def start_warm(self, bucket: str | None, prefix: str, tenant: str | None) -> dict[str, Any]:
-        job = WarmJob(checked_bucket(bucket), prefix, self._tenant(tenant))
+        bucket = checked_bucket(bucket)
+        job = WarmJob(bucket, prefix, self._tenant(tenant, bucket))
         self.files.prune()
         self.files.write(job.doc)
         task = asyncio.create_task(self._run(job))
@@ -235,11 +236,12 @@ class AdminOps:
             mine[1].cancel()
         return {**doc, "cancel_requested": True}
 
-    def _tenant(self, name: str | None) -> str | None:
+    def _tenant(self, name: str | None, bucket: str) -> str | None:
+        """The tenant a warm of ``bucket`` is charged to: one that may read it (None: background)."""
         if not name:
             return None
-        if name not in self.tenants.weights():
-            raise BadRequest(f"no tenant named {name!r}")
+        if not self._named(name).may_use(bucket):
+            raise BadRequest(f"tenant {name!r} may not use bucket {bucket!r}")
         return name
 
     async def _run(self, job: WarmJob) -> None:
@@ -351,12 +353,16 @@ class AdminOps:
         return {"buckets": buckets, "prefix": prefix, "tenant": tenant or None, **dataclasses.asdict(total),
                 "peers": len(self.cluster.membership.peers()) if self.cluster is not None else 0}
 
-    async def _tenant_buckets(self, tenant: str, bucket: str) -> list[str]:
-        match = [t for t in self.tenants.tenants if t.name == tenant]
-        if not match:
-            raise BadRequest(f"no tenant named {tenant!r}")
+    def _named(self, name: str) -> Tenant:
+        for tenant in self.tenants.tenants:
+            if tenant.name == name:
+                return tenant
+        raise BadRequest(f"no tenant named {name!r}")
+
+    async def _tenant_buckets(self, name: str, bucket: str) -> list[str]:
+        tenant = self._named(name)
         names = [bucket] if bucket else [b.name for b in await self.cache.list_buckets()]
-        return [name for name in names if match[0].may_use(name)]
+        return [name for name in names if tenant.may_use(name)]
 
     async def _tell_peers(self, bucket: str, keys: list[str]) -> None:
         if self.cluster is not None:

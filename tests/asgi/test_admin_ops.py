@@ -174,6 +174,7 @@ def test_a_tenant_key_is_refused(bridge: AsgiBridge) -> None:
 @pytest.mark.parametrize(("method", "path", "status"), [
     ("POST", WARM, 400),
     ("POST", f"{WARM}?bucket=warmed&tenant=nobody", 400),
+    ("POST", f"{WARM}?bucket=warmed&tenant=bob", 400),  # not one of bob's buckets
     ("POST", f"{WARM}?bucket=a%2Fb", 400),
     ("GET", f"{WARM}/not-an-id", 400),
     ("GET", f"{WARM}/0123456789abcdef", 404),

@@ -4,6 +4,7 @@ running job whose worker is gone reads as failed, job files written whole and re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -84,3 +85,18 @@ def test_a_background_warm_waits_while_tenants_lake_reads_wait(tmp_path: Path) -
     assert len(asked) == 3
     asyncio.run(ops._background_turn(WarmJob("b", "", "alice")))  # a tenant's warm: in its own turn
     assert len(asked) == 3
+
+
+def test_a_cancel_asked_through_another_worker_stops_the_job(tmp_path: Path) -> None:
+    async def run() -> bool:
+        ops = AdminOps(cast(CachedLake, None), tmp_path, TenantDirectory([]))
+        job = WarmJob("b", "", None)
+        work = asyncio.create_task(asyncio.sleep(3600))
+        ops._jobs[job.id] = (job, work)
+        ops.files.ask_cancel(job.id)  # as a DELETE through another worker leaves it
+        await ops._beat(job)
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        return work.cancelled()
+
+    assert asyncio.run(run())
