@@ -32,6 +32,7 @@ from cachetier.cluster.wire import PREFIX as PEER_PREFIX
 from cachetier.lake import Lake
 from cachetier.telemetry.snapshots import CacheSnapshot
 from gateway.admin import AdminGuard, check_not_a_tenant_key
+from gateway.adminroutes import add_routes as add_admin_ops_routes
 from gateway.process import tune_malloc
 from gateway.s3.frontend import utcnow
 from gateway.settings import Settings
@@ -151,6 +152,8 @@ class LakegateApp:
                 raise HTTPException(404, "the cache is off")
             where = self.node.cache.locate(bucket, key, index, etag)
             return {"owners": list(where.owners), "etag": where.etag, "held": dict(where.held)}
+
+        add_admin_ops_routes(api, lambda: self.node.admin_ops)  # warm, drop, cached (issue 16)
 
         @api.get("/metrics")
         async def metrics() -> FastAPIResponse:

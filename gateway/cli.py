@@ -55,10 +55,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _command_modules() -> list:  # type: ignore[type-arg]
     """The other subcommands, one module each: ``register(subparsers)`` adds its parsers."""
-    from tools import cachecurve, localcluster
+    from tools import admincli, cachecurve, localcluster
     from tools.replay import cli as replay_cli
 
-    return [localcluster, replay_cli, cachecurve]
+    return [localcluster, replay_cli, cachecurve, admincli]
 
 
 def _fail(message: str) -> NoReturn:

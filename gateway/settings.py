@@ -34,6 +34,7 @@ from cachetier.lake.s3.config import S3LakeConfig
 from cachetier.read.config import ReadConfig
 from cachetier.write.writeback import WriteBackConfig
 from gateway.admin import AdminConfig
+from gateway.adminops import AdminOpsConfig
 from gateway.httplimits import HttpLimits
 from gateway.rates import parse_rate
 from gateway.s3.config import FrontendConfig
@@ -203,6 +204,9 @@ class Environment(BaseSettings):
     admin_secret_key_file: Path | None = None
     admin_token_file: Path | None = None
     metrics_auth: bool = AdminConfig.metrics_auth
+    # admin operations (gateway/adminops.py): objects a warm reads at once, objects a cached query examines
+    warm_concurrency: int = Field(AdminOpsConfig.warm_concurrency, ge=1, le=256)
+    admin_max_objects: int = Field(AdminOpsConfig.max_objects, ge=1, le=1_000_000)
     # tenant fairness (Pisces): which mechanisms, and the resources they share
     fairness: str = FairnessSettings.mode
     lake_bandwidth: str = ""  # bytes/s the whole cluster may pull from the lake; empty: unlimited
@@ -461,6 +465,7 @@ class Settings:
     cache: CacheSettings
     cluster: ClusterSettings | None
     admin: AdminConfig = AdminConfig()
+    admin_ops: AdminOpsConfig = AdminOpsConfig()
     fairness: FairnessSettings = FairnessSettings()
     sizing: SizingSettings = SizingSettings()
     replica_policy: str = "micromon"  # policies.selection: lake endpoints and a block's peer owners
@@ -479,7 +484,7 @@ class Settings:
     def from_environment(cls, env: Environment) -> Settings:
         _cross_checks(env)
         return cls(server=_server(env), lake=_lake(env), cache=_cache(env), cluster=_cluster(env), admin=_admin(env),
-                   fairness=_fairness(env), sizing=_sizing(env), replica_policy=env.replica_policy,
+                   admin_ops=AdminOpsConfig(env.warm_concurrency, env.admin_max_objects), fairness=_fairness(env), sizing=_sizing(env), replica_policy=env.replica_policy,
                    write=_write(env))
 
 

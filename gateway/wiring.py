@@ -52,6 +52,7 @@ from cachetier.write.peers import JournalOwner
 from cachetier.write.writeback import WriteBack
 from cachetier.cluster.wire import BlockRequest
 from gateway.admission import NodeFairness, limited
+from gateway.adminops import AdminOps
 from gateway.fairpeer import FairnessMember, loop_lock
 from gateway.loops.allocation import allocation_loop
 from gateway.loops.placement import placement_loop
@@ -110,6 +111,7 @@ class Node:
     peer_replicas: Replicas | None = None  # which of a block's peer owners
     writeback: WriteBack | None = None  # the write-back journal's intake (issue 14; None: the cache is off)
     lake_endpoints: Callable[[], dict[str, dict[str, int]]] | None = None  # an S3 lake's counts (this worker's)
+    admin_ops: AdminOps | None = None  # warm, drop, cached (issue 16; None: the cache is off)
 
     def replication_report(self) -> dict[str, object] | None:
         """``/_lakegate/admin/replication``: the node's journal and this worker's write-back counts
@@ -375,6 +377,22 @@ def _control(store: BlockStore) -> TierControl:
     return TierControl(lambda: store.capacity, store.set_capacity)
 
 
+def open_admin_ops(stack: contextlib.AsyncExitStack, settings: Settings, tenants: TenantDirectory,
+                   cache: CachedLake | None, cluster: Cluster | None, fairness: NodeFairness | None,
+                   board: WorkerBoard | None) -> AdminOps | None:
+    """This worker's admin operations; a background warm yields to tenants' lake reads waiting
+    on any of the node's workers (as the flusher does)."""
+    if cache is None:
+        return None
+    waiting: Callable[[], bool] = lambda: False
+    if fairness is not None:
+        waiting = lambda: fairness.lake_waiting(board_part(board, "fairness"))  # noqa: E731
+    ops = AdminOps(cache, settings.cache.directory / "admin" / "warm", tenants, settings.admin_ops,
+                   cluster=cluster, lake_waiting=waiting)
+    stack.push_async_callback(ops.aclose)
+    return ops
+
+
 def start_task(stack: contextlib.AsyncExitStack, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
     """``work`` as a background task, cancelled and awaited when ``stack`` closes."""
     task = asyncio.create_task(work)
@@ -558,7 +576,8 @@ async def running_node(
         node = Node(settings, tenants, served, cache, cluster, s3, peer_api, board=board, fairness=fairness,
                     fair_member=member, telemetry=telemetry,
                     lake_replicas=lake_replicas, peer_replicas=peer_replicas, writeback=writeback,
-                    lake_endpoints=lake_endpoints)
+                    lake_endpoints=lake_endpoints,
+                    admin_ops=open_admin_ops(stack, settings, tenants, cache, cluster, fairness, board))
         if fairness is not None:
             start_task(stack, fairness_loop(node, fairness))
         if node.board is not None:

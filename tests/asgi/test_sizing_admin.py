@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.endpoints import ADMIN_ACCESS_KEY, ADMIN_SECRET_KEY, ALICE
+from harness.endpoints import ADMIN_ACCESS_KEY, ADMIN_SECRET_KEY, ALICE, Tenant
 from inprocess import AsgiBridge, lakegate_app
 from test_admin import answer, denied, signed, unsigned
 
@@ -60,12 +60,12 @@ def _read_some(bridge: AsgiBridge) -> None:
             assert len(s3.get_object(Bucket="sized", Key=f"k{i}")["Body"].read()) == MiB
 
 
-def bridge_client(bridge: AsgiBridge) -> Any:
+def bridge_client(bridge: AsgiBridge, tenant: Tenant = ALICE) -> Any:
     import boto3
     from botocore.config import Config
 
-    client = boto3.client("s3", endpoint_url="http://localhost:21401", aws_access_key_id=ALICE.access_key,
-                          aws_secret_access_key=ALICE.secret_key, region_name="us-east-1",
+    client = boto3.client("s3", endpoint_url="http://localhost:21401", aws_access_key_id=tenant.access_key,
+                          aws_secret_access_key=tenant.secret_key, region_name="us-east-1",
                           config=Config(s3={"addressing_style": "path"}))
     client.meta.events.register_last("before-send.s3", bridge.send)
     return client
