@@ -3,7 +3,6 @@ boto3 itself signed (header auth and presigned URLs) for awkward keys."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -549,12 +548,13 @@ def test_awscrt_signer_agrees(key: str) -> None:
         authenticate(with_header(req, "x-amz-meta-note", "uber cafe"), secrets, now)
 
 
-def test_verification_is_fast(boto: Callable[..., SignedRequest]) -> None:
+def test_the_signing_key_is_derived_once_per_key_and_day(boto: Callable[..., SignedRequest]) -> None:
+    """What keeps verification cheap (its speed is measured in benchmarks/hot_path.py, not here):
+    the four HMACs of the signing key run once per key, day and region, not per request."""
     req = boto("put_object", Bucket="bkt", Key="dir/some object name.parquet", Body=b"x")
     now = datetime.now(UTC)
-    rounds = 2000
-    started = time.perf_counter()
-    for _ in range(rounds):
+    sigv4.signing_key.cache_clear()
+    for _ in range(50):
         authenticate(req, secrets, now)
-    per_second = rounds / (time.perf_counter() - started)
-    assert per_second > 5000, per_second
+    info = sigv4.signing_key.cache_info()
+    assert info.misses == 1 and info.hits == 49, info
