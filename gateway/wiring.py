@@ -6,6 +6,12 @@ fetches), the heartbeat task, and registers each part's close as soon as the par
 whoever opens a thing closes it, in reverse order, at shutdown and also when start-up fails
 half way (a store that cannot open closes the cluster and the lake opened before it).
 
+At SIGTERM (``drain``: ``gateway.drain``, whose docstring has the whole shutdown order) the
+node stops its heartbeats and says goodbye to its peers at once (``Departure``); when the
+lifespan then ends, the write-back journal's flush (``Flusher.drain``, bounded) runs before
+the flusher, the stores and the lake close. Without a drain (tests, embedders) the goodbye is
+said as the node closes, and nothing waits for the journal.
+
 A lake passed in by the caller (tests, embedders) is the caller's to close. So is ``shared``:
 what a node's worker processes share (``gateway.workers``): the connection to the node's space
 manager and the metadata write stamps. Without it the node is one process owning its stores.
@@ -52,6 +58,8 @@ from cachetier.write.peers import JournalOwner
 from cachetier.write.writeback import WriteBack
 from cachetier.cluster.wire import BlockRequest
 from gateway.admission import NodeFairness, limited
+from gateway.drain import Departure, Drain
+from gateway.health import Readiness, lake_probe
 from gateway.fairpeer import FairnessMember, loop_lock
 from gateway.loops.allocation import allocation_loop
 from gateway.loops.placement import placement_loop
@@ -108,6 +116,7 @@ class Node:
     lake_replicas: Replicas | None = None  # which endpoint of the lake (issue 15)
     peer_replicas: Replicas | None = None  # which of a block's peer owners
     writeback: WriteBack | None = None  # the write-back journal's intake (issue 14; None: the cache is off)
+    readiness: Readiness | None = None  # /_lakegate/health/ready (issue 16)
 
     def replication_report(self) -> dict[str, object] | None:
         """``/_lakegate/admin/replication``: the node's journal and this worker's write-back counts
@@ -325,7 +334,7 @@ def open_writeback(stack: contextlib.AsyncExitStack, settings: Settings, lake: L
 
 
 def start_flusher(stack: contextlib.AsyncExitStack, settings: Settings, writeback: WriteBack,
-                  fairness: NodeFairness | None, tenants: TenantDirectory, board: WorkerBoard | None) -> None:
+                  fairness: NodeFairness | None, tenants: TenantDirectory, board: WorkerBoard | None) -> Flusher:
     """The node's flusher, in the worker that holds the journal's flush lock; it yields to
     tenants' lake reads waiting on any of the node's workers."""
     waiting: Callable[[], bool] = lambda: False
@@ -337,6 +346,27 @@ def start_flusher(stack: contextlib.AsyncExitStack, settings: Settings, writebac
                       grace=2 * settings.cluster.membership.failure_timeout if settings.cluster is not None else 0.0)
     lock_dir = journal_path(settings) if settings.server.workers > 1 else None
     start_task(stack, loop_lock(lock_dir, flusher.run))
+    return flusher
+
+
+def drain_journal(stack: contextlib.AsyncExitStack, drain: Drain, flusher: Flusher, timeout: float) -> None:
+    """When the node closes after SIGTERM: the journal flushed (at most ``timeout`` s), before
+    the flusher stops (registered after it, so it runs first)."""
+
+    async def flush() -> None:
+        if drain.draining:
+            await flusher.drain(timeout)
+
+    stack.push_async_callback(flush)
+
+
+def leave_ring(stack: contextlib.AsyncExitStack, cluster: Cluster, heartbeat: asyncio.Task[None],
+               drain: Drain | None) -> None:
+    """The goodbye: at SIGTERM, or as the node closes (before the cluster's client closes)."""
+    departure = Departure(cluster, heartbeat)
+    stack.push_async_callback(departure.leave)
+    if drain is not None:
+        start_task(stack, departure.on_drain(drain))
 
 
 def sizing_probe(stack: contextlib.AsyncExitStack, settings: Settings, shared: Shared | None
@@ -471,15 +501,18 @@ def _load(cache: CachedLake | None) -> Callable[[], dict[str, float]]:
 
 @asynccontextmanager
 async def running_node(
-    settings: Settings, tenants: TenantDirectory, *, lake: Lake | None = None, shared: Shared | None = None
+    settings: Settings, tenants: TenantDirectory, *, lake: Lake | None = None, shared: Shared | None = None,
+    drain: Drain | None = None,
 ) -> AsyncIterator[Node]:
-    """The node, open for the block; everything it opened is closed on the way out."""
+    """The node, open for the block; everything it opened is closed on the way out. ``drain``:
+    the process's SIGTERM (goodbye at once, the journal flushed at the end)."""
     async with contextlib.AsyncExitStack() as stack:
         lake_replicas = None  # the endpoints' choice, when this node opens an S3 lake itself
         if lake is None:
             if settings.lake.s3 is not None:
                 lake_replicas = Replicas(settings.replica_policy)
             lake = await open_lake(stack, settings.lake, lake_replicas)
+        probe_lake = lake_probe(lake)  # the lake itself, not metered: probes are no tenant's
         fairness = None
         if settings.fairness.fq or limited(settings.fairness):
             seeds = len(settings.cluster.seeds) if settings.cluster is not None else 0
@@ -529,12 +562,14 @@ async def running_node(
         journal_owner = None
         if writeback is not None:
             journal_owner = JournalOwner(writeback.me, writeback.journal, writeback.on_notice, writeback.on_copy)
-            start_flusher(stack, settings, writeback, fairness, tenants, board)
+            flusher = start_flusher(stack, settings, writeback, fairness, tenants, board)
+            if drain is not None:
+                drain_journal(stack, drain, flusher, settings.server.shutdown_flush_timeout)
         peer_api = PeerAPI(secret, cluster, cache.reads if cache is not None else None, load,
                            body_timeout=settings.server.frontend.body_timeout, fairness=member, meter=meter,
                            anomalies=telemetry.reports, journal=journal_owner)
         if cluster is not None:
-            start_task(stack, heartbeat_loop(cluster, load, telemetry))
+            leave_ring(stack, cluster, start_task(stack, heartbeat_loop(cluster, load, telemetry)), drain)
         if member is not None and cluster is not None:
             lock_dir = board.directory if board is not None and settings.server.workers > 1 else None
             start_task(stack, loop_lock(lock_dir, fairness_loops(settings, tenants, cluster, member)))
@@ -544,7 +579,8 @@ async def running_node(
                         write_modes=WriteModes(write.mode, write.bucket_modes, write.max_replicas))
         node = Node(settings, tenants, served, cache, cluster, s3, peer_api, board=board, fairness=fairness,
                     fair_member=member, telemetry=telemetry,
-                    lake_replicas=lake_replicas, peer_replicas=peer_replicas, writeback=writeback)
+                    lake_replicas=lake_replicas, peer_replicas=peer_replicas, writeback=writeback,
+                    readiness=Readiness(probe_lake, cluster, drain if drain is not None else Drain()))
         if fairness is not None:
             start_task(stack, fairness_loop(node, fairness))
         if node.board is not None:
