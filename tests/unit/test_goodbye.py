@@ -1,7 +1,8 @@
 """Issue 16's shutdown pieces, pure: a goodbye takes a node out of the ring at once and keeps it
 out for a failure timeout (a simulated clock); the wire message round trip; ``Cluster.leave``
 over the in-memory peers; ``joined`` after the first heartbeat round; the drain and the
-readiness answer (lake check cached); the shutdown settings and the supervisor's grace."""
+readiness answer (lake check cached), an S3 lake reachable when it answers anything; the
+shutdown settings and the supervisor's grace."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from cachetier.cluster import wire
 from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import Membership
 from cachetier.cluster.ring import Member
+from cachetier.errors import AccessDenied, ServiceUnavailable
+from cachetier.lake import BucketInfo
+from cachetier.lake.memory import MemoryLake
 from gateway.drain import Drain, supervisor_grace
-from gateway.health import Readiness
+from gateway.health import Readiness, lake_probe
 from gateway.settings import Settings, SettingsError
 
 TIMEOUT = 3.0
@@ -135,3 +139,30 @@ def test_the_shutdown_settings_and_the_supervisors_grace() -> None:
     with pytest.raises(SettingsError, match="LAKEGATE_SHUTDOWN_TIMEOUT"):
         Settings.load(_env_file=None, shutdown_timeout="-1")
     assert supervisor_grace(30.0, 60.0) > 30.0 + 60.0
+
+
+class AnsweringLake(MemoryLake):
+    """A lake whose ListBuckets raises ``error`` (None: answers), or never answers."""
+
+    def __init__(self, error: Exception | None = None, hang: bool = False) -> None:
+        super().__init__()
+        self.error, self.hang = error, hang
+
+    async def list_buckets(self) -> list[BucketInfo]:
+        if self.hang:
+            await asyncio.Event().wait()
+        if self.error is not None:
+            raise self.error
+        return await super().list_buckets()
+
+
+@pytest.mark.parametrize(("lake", "reachable"), [
+    (AnsweringLake(), True),
+    (AnsweringLake(AccessDenied()), True),  # an S3 answer, a refusal too, is a lake that is there
+    (AnsweringLake(ServiceUnavailable("The lake is unreachable (ConnectError).")), False),
+    (AnsweringLake(ConnectionRefusedError()), False),
+    (AnsweringLake(hang=True), False),
+], ids=["answers", "403", "unreachable", "refused", "no-answer"])
+def test_an_s3_lake_is_reachable_when_it_answers_anything(lake: AnsweringLake, reachable: bool) -> None:
+    why = asyncio.run(lake_probe(lake, timeout=0.05)())
+    assert (why is None) is reachable
