@@ -194,7 +194,8 @@ def serve(settings: Settings, overrides: Mapping[str, str] | None = None) -> Non
     from gateway.drain import DrainingServer
     from gateway.workers import STARTUP_FAILURE
 
-    config = uvicorn.Config(LakegateApp(settings, tenants=tenants), **_uvicorn_options(settings))  # type: ignore[arg-type]
+    app = LakegateApp(settings, tenants=tenants)
+    config = uvicorn.Config(app, **_uvicorn_options(settings))  # type: ignore[arg-type]
     uvicorn_server = DrainingServer(config)  # SIGTERM: drained, then exit status 0 (gateway.drain)
     uvicorn_server.run()
     if not uvicorn_server.started:

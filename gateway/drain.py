@@ -27,6 +27,9 @@ The shutdown order, in each worker process:
    (uvicorn would re-raise the signal and die by it; ``DrainingServer`` does not).
 
 The supervisor's SIGKILL grace is longer than the whole drain (``supervisor_grace``).
+
+On the receiving side, a peer's goodbye reaches one worker of this node (whichever the kernel
+gave the connection to); ``SharedGoodbyes`` tells the node's other workers within a second.
 """
 
 from __future__ import annotations
@@ -35,14 +38,19 @@ import asyncio
 import contextlib
 import logging
 import signal
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Generator
+from pathlib import Path
 
 import uvicorn
 from uvicorn.server import HANDLED_SIGNALS
 
+from cachetier.cluster import wire
 from cachetier.cluster.node import Cluster
+from cachetier.cluster.ring import Member
 
 log = logging.getLogger("lakegate.drain")
 
@@ -146,3 +154,57 @@ class Departure:
     async def on_drain(self, drain: Drain) -> None:
         await drain.wait()
         await self.leave()
+
+
+class SharedGoodbyes:
+    """With several workers: the goodbyes this worker received, told to the node's others. Each
+    worker keeps the goodbyes it received in a file of its own in ``directory`` (a folder of its
+    own: the workers' board reads every JSON file in its folder), written whole and renamed;
+    every ``interval`` seconds each applies the others' that it has not applied yet and that are
+    younger than the failure timeout (older ones: the peer left every ring by silence already,
+    or it has restarted since)."""
+
+    def __init__(self, directory: Path, cluster: Cluster, *, name: str | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.cluster = cluster
+        self.path = directory / f"goodbyes-{name or os.getpid()}.json"
+        self.clock = clock  # wall-clock seconds: the stamps are compared across processes
+        self.received: dict[str, list[object]] = {}  # node id -> [member doc, when]
+        self.applied: dict[str, float] = {}  # node id -> the stamp of the goodbye last applied
+        cluster.goodbye_heard = self.heard
+
+    def heard(self, member: Member) -> None:
+        now = self.clock()
+        self.applied[member.id] = now
+        self.received[member.id] = [{"id": member.id, "url": member.url, "weight": member.weight}, now]
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(self.received))
+            os.replace(tmp, self.path)
+        except OSError as exc:  # a full disk: the other workers drop the peer by its silence
+            log.warning("could not share %s's goodbye with this node's workers: %s", member.id, exc)
+
+    def apply_others(self) -> None:
+        now = self.clock()
+        timeout = self.cluster.membership.failure_timeout
+        for path in self.directory.glob("goodbyes-*.json"):
+            if path == self.path:
+                continue
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # a worker's file being replaced, or gone
+            for node_id, (member, stamp) in doc.items():
+                if stamp > self.applied.get(node_id, 0.0) and now - stamp < timeout:
+                    self.applied[node_id] = stamp
+                    self.cluster.apply_goodbye(wire.member_from(member))
+
+    async def loop(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.apply_others)
+            except Exception:  # noqa: BLE001 - the loop must outlive one bad round
+                log.exception("applying the other workers' goodbyes failed")

@@ -58,7 +58,7 @@ from cachetier.write.peers import JournalOwner
 from cachetier.write.writeback import WriteBack
 from cachetier.cluster.wire import BlockRequest
 from gateway.admission import NodeFairness, limited
-from gateway.drain import Departure, Drain
+from gateway.drain import Departure, Drain, SharedGoodbyes
 from gateway.health import Readiness, lake_probe
 from gateway.fairpeer import FairnessMember, loop_lock
 from gateway.loops.allocation import allocation_loop
@@ -570,6 +570,9 @@ async def running_node(
                            anomalies=telemetry.reports, journal=journal_owner)
         if cluster is not None:
             leave_ring(stack, cluster, start_task(stack, heartbeat_loop(cluster, load, telemetry)), drain)
+            if board is not None and settings.server.workers > 1:  # a peer's goodbye reaches one worker
+                goodbyes = SharedGoodbyes(board.directory / "goodbyes", cluster)
+                start_task(stack, goodbyes.loop(cluster.heartbeat_interval))
         if member is not None and cluster is not None:
             lock_dir = board.directory if board is not None and settings.server.workers > 1 else None
             start_task(stack, loop_lock(lock_dir, fairness_loops(settings, tenants, cluster, member)))

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from urllib.parse import urlsplit
 
 from cachetier.lake import ObjectInfo
@@ -73,6 +73,7 @@ class Cluster:
         self.counters: Counter[str] = Counter()
         self._applied: dict[type[Update], tuple[str, int]] = {}  # the last update's (leader, epoch), by kind
         self.rounds = 0  # heartbeat rounds completed
+        self.goodbye_heard: Callable[[Member], None] | None = None  # told of each goodbye received (workers)
 
     # ---- the read path ----------------------------------------------------------------------
 
@@ -211,9 +212,16 @@ class Cluster:
         log.info("left the ring: goodbye to %s", ", ".join(m.id for m in peers) or "no live peer")
 
     def said_goodbye(self, member: Member) -> None:
-        """A peer's goodbye arrived (the peer API calls this): it leaves the ring now."""
+        """A peer's goodbye arrived (the peer API calls this): it leaves the ring now, and
+        ``goodbye_heard`` tells this node's other workers."""
         self.counters["goodbyes_received"] += 1
         log.info("%s said goodbye", member.id)
+        self.apply_goodbye(member)
+        if self.goodbye_heard is not None:
+            self.goodbye_heard(member)
+
+    def apply_goodbye(self, member: Member) -> None:
+        """``member`` leaves this process's ring (its goodbye reached this worker or another of the node)."""
         if self.membership.goodbye(member):
             self._log_ring()
 
