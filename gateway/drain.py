@@ -21,8 +21,9 @@ The shutdown order, in each worker process:
    ``LAKEGATE_SHUTDOWN_FLUSH_TIMEOUT`` seconds, until the writes this node received (journal
    position 0) are in the lake (``Flusher.drain``). What is left stays journaled (fsynced, and
    copied to its K - 1 peers), and is flushed after the next start (``recover_journal``) or by
-   a peer holding a copy (the node is no longer live for them). With several workers, a write
-   another worker finishes after the flusher's worker has exited stays journaled too.
+   a peer holding a copy: the node is no longer live for them, so they may flush it meanwhile
+   too (the same version twice, the same bytes and ETag in the lake). With several workers, a
+   write another worker finishes after the flusher's worker has exited stays journaled too.
 5. Everything the node opened closes in reverse order (``gateway.wiring``); the process exits 0
    (uvicorn would re-raise the signal and die by it; ``DrainingServer`` does not).
 
