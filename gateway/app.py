@@ -4,7 +4,8 @@ the node (``gateway.wiring``) in its lifespan.
     /_lakegate/v1/...       the peer API (gateway.peerapi): cluster HMAC only, never S3
     /_lakegate/admin/...    admin queries (FastAPI): the admin credential only (gateway.admin),
                             checked here before any route, so every admin path has it
-    /_lakegate/...          lakegate's own API (FastAPI): health, open
+    /_lakegate/...          lakegate's own API (FastAPI): health (health/live, health/ready:
+                            gateway.health), open
     /metrics                Prometheus metrics (open, or the admin credential with
                             LAKEGATE_METRICS_AUTH=true), unless a tenant signed it
     everything else         S3 (gateway.s3.frontend)
@@ -25,7 +26,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import Response as FastAPIResponse
+from fastapi.responses import JSONResponse, Response as FastAPIResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cachetier.cluster.wire import PREFIX as PEER_PREFIX
@@ -33,6 +34,7 @@ from cachetier.lake import Lake
 from cachetier.telemetry.snapshots import CacheSnapshot
 from gateway.admin import AdminGuard, check_not_a_tenant_key
 from gateway.adminroutes import add_routes as add_admin_ops_routes
+from gateway.drain import PROCESS_DRAIN, Drain
 from gateway.process import tune_malloc
 from gateway.s3.frontend import utcnow
 from gateway.settings import Settings
@@ -56,6 +58,7 @@ class LakegateApp:
         lake: Lake | None = None,
         tenants: TenantDirectory | None = None,
         shared: Shared | None = None,
+        drain: Drain = PROCESS_DRAIN,
     ):
         tune_malloc()  # before the first body buffer, however the app is served
         self.settings = settings
@@ -64,13 +67,15 @@ class LakegateApp:
         self.admin = AdminGuard(settings.admin, settings.server.frontend.max_skew, utcnow)
         self._lake = lake
         self._shared = shared
+        self.drain = drain  # SIGTERM's (gateway.drain): tests pass their own
         self._node: Node | None = None
         self.api = self._api()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Node]:
         """The node, built and serving for the block (the lifespan; tests may enter it directly)."""
-        async with running_node(self.settings, self.tenants, lake=self._lake, shared=self._shared) as node:
+        async with running_node(self.settings, self.tenants, lake=self._lake, shared=self._shared,
+                                drain=self.drain) as node:
             self._node = node
             try:
                 yield node
@@ -94,6 +99,16 @@ class LakegateApp:
         @api.get("/_lakegate/health")
         async def health() -> dict[str, str]:
             return {"status": "ok"}
+
+        @api.get("/_lakegate/health/live")
+        async def live() -> dict[str, str]:
+            return {"status": "live"}
+
+        @api.get("/_lakegate/health/ready")
+        async def ready() -> JSONResponse:
+            assert self.node.readiness is not None
+            ok, doc = await self.node.readiness.check()
+            return JSONResponse(doc, status_code=200 if ok else 503)
 
         @api.get("/_lakegate/admin/stats")
         async def stats() -> dict[str, object]:

@@ -107,7 +107,8 @@ def _banner(settings: Settings, tenants: TenantDirectory) -> str:
         ]
     else:
         lines.append(f"tenants: {', '.join(t.name for t in tenants.tenants)} (keys in {settings.server.tenants_file})")
-    lines.append(f"health: {endpoint}/_lakegate/health   metrics: {endpoint}/metrics"
+    lines.append(f"health: {endpoint}/_lakegate/health/live, {endpoint}/_lakegate/health/ready"
+                 f"   metrics: {endpoint}/metrics"
                  + ("  (admin credential)" if settings.admin.metrics_auth else ""))
     lines.append(_fairness_line(settings))
     lines.append(_sizing_line(settings))
@@ -190,8 +191,15 @@ def serve(settings: Settings, overrides: Mapping[str, str] | None = None) -> Non
         supervise(settings, overrides or {}, _uvicorn_options(worker_share(settings)))
         return
     from gateway.app import LakegateApp
+    from gateway.drain import DrainingServer
+    from gateway.workers import STARTUP_FAILURE
 
-    uvicorn.run(LakegateApp(settings, tenants=tenants), **_uvicorn_options(settings))  # type: ignore[arg-type]
+    app = LakegateApp(settings, tenants=tenants)
+    config = uvicorn.Config(app, **_uvicorn_options(settings))  # type: ignore[arg-type]
+    uvicorn_server = DrainingServer(config)  # SIGTERM: drained, then exit status 0 (gateway.drain)
+    uvicorn_server.run()
+    if not uvicorn_server.started:
+        sys.exit(STARTUP_FAILURE)
 
 
 def _uvicorn_options(settings: Settings) -> dict[str, object]:
@@ -210,6 +218,7 @@ def _uvicorn_options(settings: Settings) -> dict[str, object]:
         ssl_certfile=str(server.tls_cert) if server.tls_cert else None,
         ssl_keyfile=str(server.tls_key) if server.tls_key else None,
         server_header=False,
+        timeout_graceful_shutdown=server.shutdown_timeout,  # SIGTERM: in-flight requests' bound
     )
 
 

@@ -1,7 +1,8 @@
 """The peer API under ``/_lakegate/v1/`` (the protocol is ``cachetier.cluster.wire``): a raw ASGI
 app, reached only through ``LakegateApp``'s routing, never through the S3 router. It holds the
 HTTP plumbing only: a route table (method, path) -> (decode, handler) over the wire messages,
-whose handlers are ``cachetier.cluster.owner.Owner``'s and, on a node given a ``FairnessPeer``,
+whose handlers are ``cachetier.cluster.owner.Owner``'s (and the goodbye's, applied to the node's
+``Cluster``) and, on a node given a ``FairnessPeer``,
 ``cachetier.cluster.follower.Follower``'s (POST reports, weights, partitions; else 404).
 
 Every request must carry the cluster HMAC under a nonce not seen from its sender within the
@@ -89,6 +90,7 @@ def routes(owner: Owner, follower: Follower | None = None, journal: JournalOwner
         ("GET", wire.BLOCK): Route(lambda r: wire.BlockRequest.from_query(r.query, r.headers), owner.block),
         ("POST", wire.HEARTBEAT): Route(lambda r: wire.Heartbeat.from_json(r.body), owner.heartbeat),
         ("POST", wire.INVALIDATE): Route(lambda r: wire.Invalidate.from_json(r.body), owner.invalidate),
+        ("POST", wire.GOODBYE): Route(lambda r: wire.Goodbye.from_json(r.body), _goodbye(owner.cluster)),
     }
     if follower is not None:
         table |= {
@@ -102,6 +104,18 @@ def routes(owner: Owner, follower: Follower | None = None, journal: JournalOwner
             ("POST", wire.JOURNAL_HELD): Route(lambda r: HeldQuery.from_json(r.body), journal.held),
         }
     return table
+
+
+def _goodbye(cluster: Cluster) -> Callable[[wire.Goodbye, str], Awaitable[wire.Acknowledged]]:
+    """POST goodbye: the sender leaves this node's ring now; only a node may say its own."""
+
+    async def handle(message: wire.Goodbye, sender: str) -> wire.Acknowledged:
+        if message.member.id != sender:
+            raise wire.WireError(f"a goodbye of {message.member.id!r} sent by {sender!r}")
+        cluster.said_goodbye(message.member)
+        return wire.Acknowledged()
+
+    return handle
 
 
 class PeerAPI:

@@ -136,6 +136,11 @@ class WriteSettings:
         )
 
 
+# SIGTERM's drain (gateway.health): in-flight requests' time, then the write-back journal's flush
+SHUTDOWN_TIMEOUT = 30.0
+SHUTDOWN_FLUSH_TIMEOUT = 60.0
+
+
 class SettingsError(ValueError):
     """An invalid setting; ``str()`` is the one line to show."""
 
@@ -147,6 +152,8 @@ class Environment(BaseSettings):
 
     listen: str = "127.0.0.1:9000"
     workers: int = Field(0, ge=0, le=256)  # processes serving the node; 0: one per core
+    shutdown_timeout: float = Field(SHUTDOWN_TIMEOUT, ge=0)  # SIGTERM: in-flight requests' time
+    shutdown_flush_timeout: float = Field(SHUTDOWN_FLUSH_TIMEOUT, ge=0)  # then the journal's flush
     zero_copy: bool = True  # large L1 hits sent with sendfile (plain HTTP), checked by the scrub
     scrub_rate: ByteSize = ByteSize(32 << 20)  # bytes/s of cached blocks re-verified in the background
     lake: str = "dir:var/lake"
@@ -403,6 +410,8 @@ class ServerSettings:
     http: HttpLimits = HttpLimits()
     workers: int = 1  # processes accepting on ``listen``, sharing the node (gateway.workers)
     zero_copy: bool = False  # large L1 hits leave with sendfile (gateway.httpserver), plain HTTP only
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT  # SIGTERM: seconds in-flight requests get to finish (gateway.health)
+    shutdown_flush_timeout: float = SHUTDOWN_FLUSH_TIMEOUT  # then seconds to flush this node's write-back journal to the lake
 
     @property
     def host(self) -> str:
@@ -538,6 +547,8 @@ def _server(env: Environment) -> ServerSettings:
         log_level=env.log_level,
         workers=env.workers or available_cores(),
         zero_copy=env.zero_copy and env.scrub_rate > 0,  # a hit sent unread is one the scrub checks
+        shutdown_timeout=env.shutdown_timeout,
+        shutdown_flush_timeout=env.shutdown_flush_timeout,
         frontend=FrontendConfig(
             host_suffixes=tuple(s.strip().lower() for s in env.virtual_host_suffixes.split(",") if s.strip()),
             anonymous_buckets=frozenset(s.strip() for s in env.anonymous_read_buckets.split(",") if s.strip()),

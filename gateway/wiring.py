@@ -6,6 +6,12 @@ fetches), the heartbeat task, and registers each part's close as soon as the par
 whoever opens a thing closes it, in reverse order, at shutdown and also when start-up fails
 half way (a store that cannot open closes the cluster and the lake opened before it).
 
+At SIGTERM (``drain``: ``gateway.drain``, whose docstring has the whole shutdown order) the
+node stops its heartbeats and says goodbye to its peers at once (``Departure``); when the
+lifespan then ends, the write-back journal's flush (``Flusher.drain``, bounded) runs before
+the flusher, the stores and the lake close. Without a drain (tests, embedders) the goodbye is
+said as the node closes, and nothing waits for the journal.
+
 A lake passed in by the caller (tests, embedders) is the caller's to close. So is ``shared``:
 what a node's worker processes share (``gateway.workers``): the connection to the node's space
 manager and the metadata write stamps. Without it the node is one process owning its stores.
@@ -53,6 +59,8 @@ from cachetier.write.writeback import WriteBack
 from cachetier.cluster.wire import BlockRequest
 from gateway.admission import NodeFairness, limited
 from gateway.adminops import AdminOps
+from gateway.drain import Departure, Drain, SharedGoodbyes
+from gateway.health import Readiness, lake_probe
 from gateway.fairpeer import FairnessMember, loop_lock
 from gateway.loops.allocation import allocation_loop
 from gateway.loops.placement import placement_loop
@@ -112,6 +120,7 @@ class Node:
     writeback: WriteBack | None = None  # the write-back journal's intake (issue 14; None: the cache is off)
     lake_endpoints: Callable[[], dict[str, dict[str, int]]] | None = None  # an S3 lake's counts (this worker's)
     admin_ops: AdminOps | None = None  # warm, drop, cached (issue 16; None: the cache is off)
+    readiness: Readiness | None = None  # /_lakegate/health/ready (issue 16)
 
     def replication_report(self) -> dict[str, object] | None:
         """``/_lakegate/admin/replication``: the node's journal and this worker's write-back counts
@@ -339,7 +348,7 @@ def open_writeback(stack: contextlib.AsyncExitStack, settings: Settings, lake: L
 
 
 def start_flusher(stack: contextlib.AsyncExitStack, settings: Settings, writeback: WriteBack,
-                  fairness: NodeFairness | None, tenants: TenantDirectory, board: WorkerBoard | None) -> None:
+                  fairness: NodeFairness | None, tenants: TenantDirectory, board: WorkerBoard | None) -> Flusher:
     """The node's flusher, in the worker that holds the journal's flush lock; it yields to
     tenants' lake reads waiting on any of the node's workers."""
     waiting: Callable[[], bool] = lambda: False
@@ -351,6 +360,27 @@ def start_flusher(stack: contextlib.AsyncExitStack, settings: Settings, writebac
                       grace=2 * settings.cluster.membership.failure_timeout if settings.cluster is not None else 0.0)
     lock_dir = journal_path(settings) if settings.server.workers > 1 else None
     start_task(stack, loop_lock(lock_dir, flusher.run))
+    return flusher
+
+
+def drain_journal(stack: contextlib.AsyncExitStack, drain: Drain, flusher: Flusher, timeout: float) -> None:
+    """When the node closes after SIGTERM: the journal flushed (at most ``timeout`` s), before
+    the flusher stops (registered after it, so it runs first)."""
+
+    async def flush() -> None:
+        if drain.draining:
+            await flusher.drain(timeout)
+
+    stack.push_async_callback(flush)
+
+
+def leave_ring(stack: contextlib.AsyncExitStack, cluster: Cluster, heartbeat: asyncio.Task[None],
+               drain: Drain | None) -> None:
+    """The goodbye: at SIGTERM, or as the node closes (before the cluster's client closes)."""
+    departure = Departure(cluster, heartbeat)
+    stack.push_async_callback(departure.leave)
+    if drain is not None:
+        start_task(stack, departure.on_drain(drain))
 
 
 def sizing_probe(stack: contextlib.AsyncExitStack, settings: Settings, shared: Shared | None
@@ -501,9 +531,11 @@ def _load(cache: CachedLake | None) -> Callable[[], dict[str, float]]:
 
 @asynccontextmanager
 async def running_node(
-    settings: Settings, tenants: TenantDirectory, *, lake: Lake | None = None, shared: Shared | None = None
+    settings: Settings, tenants: TenantDirectory, *, lake: Lake | None = None, shared: Shared | None = None,
+    drain: Drain | None = None,
 ) -> AsyncIterator[Node]:
-    """The node, open for the block; everything it opened is closed on the way out."""
+    """The node, open for the block; everything it opened is closed on the way out. ``drain``:
+    the process's SIGTERM (goodbye at once, the journal flushed at the end)."""
     async with contextlib.AsyncExitStack() as stack:
         lake_replicas = None  # the endpoints' choice, when this node opens an S3 lake itself
         if lake is None:
@@ -511,6 +543,7 @@ async def running_node(
                 lake_replicas = Replicas(settings.replica_policy)
             lake = await open_lake(stack, settings.lake, lake_replicas)
         lake_endpoints = lake.endpoint_stats if isinstance(lake, S3Lake) else None
+        probe_lake = lake_probe(lake)  # the lake itself, not metered: probes are no tenant's
         fairness = None
         if settings.fairness.fq or limited(settings.fairness):
             seeds = len(settings.cluster.seeds) if settings.cluster is not None else 0
@@ -560,12 +593,17 @@ async def running_node(
         journal_owner = None
         if writeback is not None:
             journal_owner = JournalOwner(writeback.me, writeback.journal, writeback.on_notice, writeback.on_copy)
-            start_flusher(stack, settings, writeback, fairness, tenants, board)
+            flusher = start_flusher(stack, settings, writeback, fairness, tenants, board)
+            if drain is not None:
+                drain_journal(stack, drain, flusher, settings.server.shutdown_flush_timeout)
         peer_api = PeerAPI(secret, cluster, cache.reads if cache is not None else None, load,
                            body_timeout=settings.server.frontend.body_timeout, fairness=member, meter=meter,
                            anomalies=telemetry.reports, journal=journal_owner)
         if cluster is not None:
-            start_task(stack, heartbeat_loop(cluster, load, telemetry))
+            leave_ring(stack, cluster, start_task(stack, heartbeat_loop(cluster, load, telemetry)), drain)
+            if board is not None and settings.server.workers > 1:  # a peer's goodbye reaches one worker
+                goodbyes = SharedGoodbyes(board.directory / "goodbyes", cluster)
+                start_task(stack, goodbyes.loop(cluster.heartbeat_interval))
         if member is not None and cluster is not None:
             lock_dir = board.directory if board is not None and settings.server.workers > 1 else None
             start_task(stack, loop_lock(lock_dir, fairness_loops(settings, tenants, cluster, member)))
@@ -577,7 +615,8 @@ async def running_node(
                     fair_member=member, telemetry=telemetry,
                     lake_replicas=lake_replicas, peer_replicas=peer_replicas, writeback=writeback,
                     lake_endpoints=lake_endpoints,
-                    admin_ops=open_admin_ops(stack, settings, tenants, cache, cluster, fairness, board))
+                    admin_ops=open_admin_ops(stack, settings, tenants, cache, cluster, fairness, board),
+                    readiness=Readiness(probe_lake, cluster, drain if drain is not None else Drain()))
         if fairness is not None:
             start_task(stack, fairness_loop(node, fairness))
         if node.board is not None:

@@ -62,6 +62,7 @@ from cachetier.blocks.files import BlockFiles
 from cachetier.blocks.space import DirectoryTaken, Space
 from cachetier.blocks.spaceipc import SpaceConnection, SpaceServer, socket_path
 from cachetier.read.generations import Generations
+from gateway.drain import supervisor_grace
 from gateway.loops.sizing import TierControl, initial_split, start_sizing
 from gateway.wiring import recover_journal
 from gateway.settings import Settings
@@ -144,7 +145,8 @@ def supervise(settings: Settings, overrides: Mapping[str, str], uvicorn_options:
             sys.exit(1)
         if server is not None:
             os.environ[SPACE_SOCKET_ENV] = server.path
-        code = Supervisor(settings.server.workers, uvicorn_options).run()
+        grace = supervisor_grace(settings.server.shutdown_timeout, settings.server.shutdown_flush_timeout)
+        code = Supervisor(settings.server.workers, uvicorn_options, grace).run()
     if code:
         sys.exit(code)
 
@@ -188,7 +190,8 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
 class Supervisor:
     """Starts ``count`` workers (spawned processes, each serving uvicorn on its own SO_REUSEPORT
     socket), starts a new one in place of any that exits, and on SIGTERM or SIGINT stops them
-    all (SIGTERM: uvicorn's graceful shutdown, then SIGKILL after ``grace`` seconds). A worker
+    all: SIGTERM to each (its drain, ``gateway.drain``), then SIGKILL to any still running after
+    ``grace`` seconds (longer than the whole drain: ``supervisor_grace``); it returns 0 then. A worker
     that fails to start (uvicorn's exit status 3: the app, TLS or the socket is broken; 2: the
     settings or tenants file no longer load) would fail again: the supervisor stops and returns
     that status."""
@@ -242,11 +245,13 @@ def _serve_worker(options: dict[str, object]) -> None:
     """A worker process: uvicorn serving ``worker_app`` on a socket of its own."""
     import uvicorn
 
+    from gateway.drain import DrainingServer
+
     _die_with_parent()
     host, port = str(options["host"]), int(options["port"])  # type: ignore[call-overload]
     sock = reuseport_socket(host, port)
     config = uvicorn.Config("gateway.workers:worker_app", factory=True, **options)  # type: ignore[arg-type]
-    uvicorn.Server(config).run(sockets=[sock])
+    DrainingServer(config).run(sockets=[sock])
 
 
 def worker_app() -> object:

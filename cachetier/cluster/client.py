@@ -46,6 +46,10 @@ class Peers(Protocol):
         """Have ``member`` forget ``keys`` of ``bucket`` (None: the bucket's metadata)."""
         ...
 
+    async def goodbye(self, member: Member, timeout: float) -> None:
+        """Tell ``member`` this node is shutting down: it drops this node from its ring now."""
+        ...
+
     async def report(self, member: Member, request: wire.ReportsRequest, timeout: float) -> wire.DemandReport:
         """``member``'s demand over the window ``request`` names (the fairness leader asks)."""
         ...
@@ -150,6 +154,13 @@ class PeerClient:
             wire.Acknowledged.from_json(answer)
         except wire.WireError as exc:
             raise PeerUnavailable(f"{member.url}: bad invalidate answer: {exc}") from exc
+
+    async def goodbye(self, member: Member, timeout: float) -> None:
+        answer = await self._post(member.url, wire.GOODBYE, wire.Goodbye(self.me).to_json(), timeout)
+        try:
+            wire.Acknowledged.from_json(answer)
+        except wire.WireError as exc:
+            raise PeerUnavailable(f"{member.url}: bad goodbye answer: {exc}") from exc
 
     async def report(self, member: Member, request: wire.ReportsRequest, timeout: float) -> wire.DemandReport:
         answer = await self._post(member.url, wire.REPORTS, request.to_json(), timeout)

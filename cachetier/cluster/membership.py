@@ -17,6 +17,12 @@ replace the ring's table with its own (``apply_table``): the override holds whil
 stay those it was planned on, and a change of the live set drops it (back to the
 consistent-hash plan of the new members) until the leader sends a table for them.
 
+A node that shuts down says goodbye (``goodbye``; SIGTERM's drain, ``gateway.drain``): it leaves
+every peer's ring at once instead of after the failure timeout, and stays out until it is heard
+from again after ``failure_timeout`` seconds, so a late heartbeat of one of its draining workers
+(sent before the goodbye, or by another worker of the node) does not bring it back; a node that
+restarts is heard from again after that and rejoins.
+
 Seeds are URLs, with or without a node id (``id=url``, or addresses from DNS): a node's id is
 learned from its heartbeat, so a Kubernetes headless service's A records are enough. A
 request to a peer that fails marks it *suspect* for a short while: lookups skip it (the
@@ -62,6 +68,7 @@ class Membership:
         self._peers: dict[str, _Peer] = {}
         self._health: dict[str, selection.PeerHealth] = {}  # peers not here are healthy
         self._live: frozenset[str] = frozenset()
+        self._left: dict[str, float] = {}  # node id -> when it said goodbye (out of the ring, for a while)
         self.planned: PartitionMap = plan([me], self.partitions, self.replicas)  # the members' own plan
         self.ring: PartitionMap = self.planned  # what lookups use: the plan, or the leader's table on it
         self.generation = 1  # rings planned so far (a counter for metrics)
@@ -76,6 +83,11 @@ class Membership:
         if member.id == self.me.id:
             return False
         now = self.clock()
+        left = self._left.get(member.id)
+        if left is not None:
+            if now - left < self.failure_timeout:
+                return False  # a late heartbeat of a node that said goodbye
+            del self._left[member.id]  # heard from again: it restarted
         peer = self._peers.get(member.id)
         if peer is None:
             self._peers[member.id] = _Peer(member, now, load=load, anomalies=anomalies or ())
@@ -84,6 +96,17 @@ class Membership:
             peer.load = load if load is not None else peer.load
             peer.anomalies = anomalies if anomalies is not None else peer.anomalies
         self._health.pop(member.id, None)
+        return self._replan()
+
+    def goodbye(self, member: Member) -> bool:
+        """``member`` said goodbye (it is shutting down): out of the ring now, and heartbeats of it
+        within ``failure_timeout`` are ignored. True when the ring changed."""
+        if member.id == self.me.id:
+            return False
+        now = self.clock()
+        self._left[member.id] = now
+        if member.id not in self._peers:
+            self._peers[member.id] = _Peer(member, now - self.failure_timeout)  # known, not live
         return self._replan()
 
     def tick(self) -> bool:
@@ -139,6 +162,7 @@ class Membership:
                     "url": p.member.url,
                     "alive": p.member.id in self._live,
                     "heard_ago_s": round(now - p.last_heard, 3),
+                    "said_goodbye": p.member.id in self._left,
                     "suspect": self._health.get(p.member.id, selection.HEALTHY).suspect_until > now,
                     "load": p.load,
                     "anomalies": [a.to_list() for a in p.anomalies],
@@ -169,7 +193,8 @@ class Membership:
 
     def _replan(self) -> bool:
         now = self.clock()
-        live = frozenset(i for i, p in self._peers.items() if now - p.last_heard < self.failure_timeout)
+        live = frozenset(i for i, p in self._peers.items()
+                         if now - p.last_heard < self.failure_timeout and i not in self._left)
         members = [self.me, *(self._peers[i].member for i in live)]
         if live == self._live and all(self.planned.members.get(m.id) == m for m in members):
             return False

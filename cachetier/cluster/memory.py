@@ -58,6 +58,11 @@ class MemoryPeers:
             _unavailable(member.url, exc)
         wire.Acknowledged.from_json(answer.to_json())
 
+    async def goodbye(self, member: Member, timeout: float) -> None:
+        sent = wire.Goodbye.from_json(wire.Goodbye(self.me).to_json())
+        self._owner(member.url).cluster.said_goodbye(sent.member)
+        wire.Acknowledged.from_json(wire.Acknowledged().to_json())
+
     def _follower(self, member: Member) -> Follower:
         follower = self.followers.get(member.url)
         if follower is None or member.id in self.down:

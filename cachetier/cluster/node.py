@@ -10,7 +10,10 @@ and what the read and write paths ask of the others.
   partition tables): applied only from the leader this node sees, newer than the last one.
 - ``gather_reports`` / ``send_update``: the leader's side, to every live peer.
 - ``heartbeat_round``: one round of heartbeats to every seed and known peer; the loop that
-  calls it every ``heartbeat_interval`` lives in ``gateway.loops.membership``.
+  calls it every ``heartbeat_interval`` lives in ``gateway.loops.membership``. ``joined``: the
+  first round has completed, so the node knows the live set (the readiness probe's "ring").
+- ``leave`` / ``said_goodbye``: a node shutting down tells every live peer to drop it from the
+  ring at once (``wire.Goodbye``), and a peer's goodbye is applied here.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import asyncio
 import logging
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from urllib.parse import urlsplit
 
 from cachetier.lake import ObjectInfo
@@ -40,6 +43,8 @@ CLUSTER_COUNTERS = {
     "invalidation_failures": "invalidations a peer did not acknowledge",
     "invalidations_received": "invalidations received from peers",
     "heartbeat_failures": "heartbeats a peer did not answer",
+    "goodbyes_sent": "goodbyes this node sent to live peers as it shut down (acknowledged)",
+    "goodbyes_received": "goodbyes of peers shutting down, each dropping the peer from the ring at once",
     "updates_ignored": "weight or partition updates ignored: not from the leader this node sees, or not newer",
     "partition_tables_applied": "partition tables of the leader applied to this node's ring",
     "partition_tables_refused": "partition tables not planned on this node's ring (another live set)",
@@ -67,6 +72,8 @@ class Cluster:
         self.heartbeat_interval = membership.config.heartbeat_interval
         self.counters: Counter[str] = Counter()
         self._applied: dict[type[Update], tuple[str, int]] = {}  # the last update's (leader, epoch), by kind
+        self.rounds = 0  # heartbeat rounds completed
+        self.goodbye_heard: Callable[[Member], None] | None = None  # told of each goodbye received (workers)
 
     # ---- the read path ----------------------------------------------------------------------
 
@@ -180,6 +187,42 @@ class Cluster:
                 if self.membership.heard_from(result.member, dict(result.load), result.anomalies):
                     self._log_ring()
         if self.membership.tick():
+            self._log_ring()
+        self.rounds += 1
+
+    @property
+    def joined(self) -> bool:
+        """Whether this node knows the live set: its first heartbeat round has completed (a node
+        whose peers are all down has joined too, alone on its ring)."""
+        return self.rounds > 0
+
+    async def leave(self, timeout: float) -> None:
+        """Say goodbye to every live peer (this node is shutting down), so each drops it from its
+        ring now; returns when all answered or ``timeout`` passed. A peer that does not answer
+        drops this node by its failure timeout instead."""
+        peers = self.membership.peers()
+        results = await asyncio.gather(*(self.client.goodbye(m, timeout) for m in peers), return_exceptions=True)
+        for member, result in zip(peers, results):
+            if isinstance(result, PeerUnavailable):
+                log.info("goodbye not acknowledged by %s: %s", member.id, result)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                self.counters["goodbyes_sent"] += 1
+        log.info("left the ring: goodbye to %s", ", ".join(m.id for m in peers) or "no live peer")
+
+    def said_goodbye(self, member: Member) -> None:
+        """A peer's goodbye arrived (the peer API calls this): it leaves the ring now, and
+        ``goodbye_heard`` tells this node's other workers."""
+        self.counters["goodbyes_received"] += 1
+        log.info("%s said goodbye", member.id)
+        self.apply_goodbye(member)
+        if self.goodbye_heard is not None:
+            self.goodbye_heard(member)
+
+    def apply_goodbye(self, member: Member) -> None:
+        """``member`` leaves this process's ring (its goodbye reached this worker or another of the node)."""
+        if self.membership.goodbye(member):
             self._log_ring()
 
     def heard_from(self, member: Member, load: Mapping[str, float],

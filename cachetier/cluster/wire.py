@@ -16,6 +16,8 @@ The peer API, under ``/_lakegate/v1/``:
     POST heartbeat      JSON {id, url, weight, load}; answered {id, url, weight, load, ring_version}
     POST invalidate     JSON {bucket, keys}: forget the keys' metadata and blocks (keys null:
                         the whole bucket's metadata); answered {ok: true}
+    POST goodbye        JSON {id, url, weight}: the sender is shutting down, drop it from the
+                        ring now (not after the failure timeout); answered {ok: true}
     POST reports        JSON ReportsRequest; answered with a DemandReport (fairness, at the end)
     POST weights        JSON WeightsUpdate; answered {ok: true}
     POST partitions     JSON PartitionsUpdate; answered {ok: true}
@@ -72,6 +74,7 @@ PREFIX = "/_lakegate/v1/"
 BLOCK = PREFIX + "block"
 HEARTBEAT = PREFIX + "heartbeat"
 INVALIDATE = PREFIX + "invalidate"
+GOODBYE = PREFIX + "goodbye"
 
 NODE_HEADER = "x-lakegate-node"
 TIME_HEADER = "x-lakegate-time"
@@ -404,6 +407,22 @@ class Invalidate:
         if keys is not None and not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
             raise WireError(f"keys must be a list of strings or null, not {keys!r}")
         return cls(_string(doc, "bucket"), None if keys is None else tuple(keys))
+
+
+@dataclass(frozen=True)
+class Goodbye:
+    """POST goodbye: ``member`` leaves the cluster (SIGTERM's drain, ``gateway.health``); the
+    receiver drops it from its ring at once. Only the member itself may say it: the receiver
+    refuses a goodbye whose id is not the signed sender's."""
+
+    member: Member
+
+    def to_json(self) -> bytes:
+        return _dumps(_member_doc(self.member))
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        return cls(member_from(json_object(body)))
 
 
 @dataclass(frozen=True)

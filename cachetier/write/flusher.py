@@ -23,6 +23,9 @@ it with the worker, and another worker takes over within a second). Each round:
    (``flushed``) and drops its copy or notice.
 4. A lake that does not answer marks the lake down (new writes past T + delta then get
    SlowDown) and the version is retried after ``flush_retry``.
+
+On SIGTERM (``gateway.drain``), ``drain`` waits, bounded, for the writes this node received
+(position 0) to be flushed by these rounds; what is left stays journaled for the next start.
 """
 
 from __future__ import annotations
@@ -157,9 +160,11 @@ class Flusher:
         self.checked: dict[Ident, float] = {}  # copies held for a live receiver: when last checked with it  # async copies made (or given up) by this process
         self.live: set[str] = set()
         self.pid = os.getpid()
+        self.active = False  # this process holds the flush lock and runs the rounds
 
     async def run(self) -> None:
         log.info("this worker (pid %d) runs the node's write-back flusher", self.pid)
+        self.active = True
         self.wb.lake_health.set(True)  # what a previous run found is not known now: the next flush tells
         try:
             while True:
@@ -176,6 +181,30 @@ class Flusher:
             for _, task in list(self.running.values()):
                 task.cancel()
             await asyncio.gather(*(t for _, t in self.running.values()), return_exceptions=True)
+
+    async def drain(self, timeout: float, poll: float = 0.2) -> int:
+        """SIGTERM's flush: wait at most ``timeout`` seconds until the writes this node received
+        (journal position 0) are in the lake, the rounds flushing them meanwhile; how many are
+        left (they stay journaled, and copied to peers: flushed after the next start). In a
+        worker that does not run the flusher, at once: the one that does drains the journal."""
+        if not self.active:
+            return 0
+        deadline = time.monotonic() + timeout
+        while True:
+            left = await asyncio.to_thread(self._received_pending)
+            if not left or time.monotonic() >= deadline:
+                break
+            self.wb.wake.set()
+            await asyncio.sleep(poll)
+        if left:
+            log.warning("write-back: %d writes not flushed within %g s: kept in the journal for the next start",
+                        left, timeout)
+        else:
+            log.info("write-back: every write this node received is in the lake")
+        return left
+
+    def _received_pending(self) -> int:
+        return sum(1 for v in self.journal.local_versions() if v.position == 0)
 
     async def round(self) -> None:
         """One scheduling round (tests call it directly)."""

@@ -73,7 +73,7 @@ SIGV4 = {"authorization": "AWS4-HMAC-SHA256 Credential=AKIDALICE00000000001/2026
                           "SignedHeaders=host;x-amz-date, Signature=" + "a" * 64,
          "x-amz-date": "20260101T000000Z"}
 REQUESTS = [("GET", "block", None), ("POST", "heartbeat", {"id": "n9", "url": "http://n9:9000"}),
-            ("POST", "invalidate", {"bucket": B, "keys": None})]
+            ("POST", "invalidate", {"bucket": B, "keys": None}), ("POST", "goodbye", {"id": "n9", "url": "http://n9:9000"})]
 
 
 @pytest.mark.parametrize(("method", "name", "doc"), REQUESTS, ids=[name for _, name, _ in REQUESTS])
@@ -352,7 +352,7 @@ async def collect(pieces: AsyncIterator[bytes]) -> bytes:
 
 @pytest.mark.parametrize("cls", [PeerClient, MemoryPeers])
 def test_the_client_and_its_twin_conform_to_peers(cls: type) -> None:
-    for name in ("heartbeat", "invalidate", "report", "update", "fetch_block", "aclose"):
+    for name in ("heartbeat", "invalidate", "goodbye", "report", "update", "fetch_block", "aclose"):
         assert inspect.signature(getattr(cls, name)) == inspect.signature(getattr(Peers, name)), name
     assert inspect.isasyncgenfunction(cls.fetch_block)  # type: ignore[attr-defined]
 
@@ -430,6 +430,43 @@ def test_an_invalidation_forgets_the_keys(lake: CountingLake, connect: Connect) 
             await peers.invalidate(node.member, B, None, 1.0)
         assert len(node.reads.meta) == 0
         assert node.cluster.counters["invalidations_received"] == 2
+
+    run(main())
+
+
+def test_a_goodbye_drops_the_sender_from_the_ring_at_once(lake: CountingLake, connect: Connect) -> None:
+    """Issue 16: the goodbye of a node shutting down takes it out of the receiver's ring now (no
+    failure timeout), counted; its late heartbeat does not bring it back; a node down is
+    PeerUnavailable."""
+    (node,) = nodes(lake, 1)
+
+    async def main() -> None:
+        async with connect(node, set()) as peers:
+            await peers.heartbeat(node.member.url, LOAD, 1.0)
+            assert node.membership.peers() == [SENDER]
+            await peers.goodbye(node.member, 1.0)
+            assert node.membership.peers() == []
+            assert node.cluster.counters["goodbyes_received"] == 1
+            await peers.heartbeat(node.member.url, LOAD, 1.0)  # a draining worker's late heartbeat
+            assert node.membership.peers() == []
+        async with connect(node, {"n0"}) as peers:
+            with pytest.raises(PeerUnavailable):
+                await peers.goodbye(node.member, 1.0)
+
+    run(main())
+
+
+def test_a_goodbye_for_another_node_is_400(lake: CountingLake) -> None:
+    (node,) = nodes(lake, 1)
+
+    async def main() -> None:
+        node.membership.heard_from(Member("n7", "http://n7:9000"))
+        resp = await call(peer_api(node), "POST", "goodbye", doc={"id": "n7", "url": "http://n7:9000"})
+        assert resp.status_code == 400
+        assert [m.id for m in node.membership.peers()] == ["n7"]
+        assert (await call(peer_api(node), "POST", "goodbye", doc={"id": "n7", "url": "http://n7:9000"},
+                           sender="n7")).status_code == 200
+        assert node.membership.peers() == []
 
     run(main())
 
