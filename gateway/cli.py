@@ -157,11 +157,13 @@ def _admin_lines(settings: Settings, endpoint: str) -> list[str]:
         ways.append(f"SigV4 (service s3) with access key {admin.access_key}")
     if admin.token:
         ways.append("Authorization: Bearer <the token in LAKEGATE_ADMIN_TOKEN_FILE>")
-    lines = [f"admin endpoints: {endpoint}/_lakegate/admin/stats, /cluster, /locate, /tenants, /sizing; "
-             f"{' or '.join(ways)}"]
+    lines = [f"admin endpoints: {endpoint}/_lakegate/admin/stats, /cluster, /locate, /tenants, /sizing, "
+             f"/replicas, /replication, /warm, /drop, /cached; {' or '.join(ways)}"]
     if admin.access_key:
         lines.append(f"  e.g. curl --aws-sigv4 aws:amz:us-east-1:s3 --user {admin.access_key}:$ADMIN_SECRET "
                      f"-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {endpoint}/_lakegate/admin/stats")
+    lines.append(f"  or: lakegate admin warm|drop|stats --endpoint {endpoint} --bucket B --prefix P "
+                 "(credentials from LAKEGATE_ADMIN_*)")
     return lines
 
 

@@ -38,7 +38,6 @@ KUBERNETES = "1.30"  # the oldest version the chart supports (Chart.yaml's kubeV
 
 # Added to .env.example by the health-and-drain part of issue 16 (built at the same time as the
 # chart); once that part is merged they are in .env.example and this set can be emptied.
-PENDING_SETTINGS = {"LAKEGATE_SHUTDOWN_TIMEOUT", "LAKEGATE_SHUTDOWN_FLUSH_TIMEOUT"}
 # env entries the StatefulSet has only when an admin credential is configured (not by default)
 ADMIN_ONLY = {"LAKEGATE_ADMIN_ACCESS_KEY", "LAKEGATE_ADMIN_SECRET_KEY"}
 SETTING = re.compile(r"\bLAKEGATE_[A-Z0-9_]*[A-Z0-9]\b")
@@ -324,7 +323,7 @@ def test_every_setting_named_is_a_setting_of_env_example() -> None:
     named |= {n for text in _templates().values() for n in SETTING.findall(text)}
     named |= set(SETTING.findall((CHART / "values.yaml").read_text()))
     named |= set(SETTING.findall((CHART / "values.schema.json").read_text()))
-    assert named - _settings_of_env_example() - PENDING_SETTINGS == set()
+    assert named - _settings_of_env_example() == set()
 
 
 def test_every_value_a_template_reads_exists_in_values_yaml() -> None:
