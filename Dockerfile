@@ -12,6 +12,7 @@ ARG BASE_IMAGE=python:3.11-slim
 
 # ---- build: a virtual environment from the wheels in build/wheels (no index, no compiler)
 FROM ${BASE_IMAGE} AS build
+LABEL org.opencontainers.image.title=lakegate
 ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin \
     PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 COPY build/wheels /wheels

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BASE_IMAGE, PODMAN_ARGS, ROOT, http_status, podman, wait_for, write_secrets
+from podmanrun import BASE_IMAGE, PODMAN_ARGS, ROOT, http_status, podman, wait_for, write_secrets
 
 from harness.endpoints import ALICE, Target
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ULIMITS, container_logs, http_status, podman, wait_for, write_secrets
+from podmanrun import ULIMITS, container_logs, http_status, podman, wait_for, write_secrets
 
 from harness.endpoints import ALICE, Target
 
