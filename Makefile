@@ -1,6 +1,8 @@
 # lakegate developer entry points.
 #
 #   make run     one gateway node on 127.0.0.1:9000 over a folder lake (var/lake)
+#   make image   the container image (Dockerfile) from wheels built here, IMAGE=localhost/lakegate:dev
+#   make base-image  a Debian base (mmdebstrap) for BASE_IMAGE on machines without a registry
 #   make test    installs what the tests need (Debian packages, .venv), type-checks (mypy
 #                --strict), starts a throwaway Ceph RGW, runs pytest on every tier, stops Ceph
 #
@@ -27,14 +29,29 @@ TEST_CEPH_MS_PORTS ?= 46900 46999
 TEST_CEPH_RGWS     ?= 2
 
 # what `make test` needs from Debian: the binaries, and the packages that bring them
+# (podman, runc, mmdebstrap: tests/containers build the image and run it; prometheus, promtool:
+# the dashboards' and rules' tests and the compose stack)
 TEST_BINARIES    := ceph-mon ceph-osd radosgw radosgw-admin ceph monmaptool ceph-authtool curl openssl \
-                    prometheus promtool
-TEST_APT_PACKAGES := ceph-mon ceph-osd radosgw ceph-common curl openssl \
-                     prometheus
+                    podman runc mmdebstrap prometheus promtool
+TEST_APT_PACKAGES := ceph-mon ceph-osd radosgw ceph-common curl openssl podman runc mmdebstrap prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PIP  := PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore $(VENV)/bin/python -m pip
 
-.PHONY: run test test-deps system-deps typecheck
+# the container image: `make image` (podman where present, else docker; any OCI builder works
+# from the Dockerfile once build/wheels holds the wheels)
+IMAGE            ?= localhost/lakegate:dev
+BASE_IMAGE       ?= python:3.11-slim
+LOCAL_BASE_IMAGE ?= localhost/lakegate-base:bookworm
+CONTAINER_ENGINE ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+# podman on a host with hybrid cgroups (this project's CI machines) needs runc and cgroupfs, and
+# ulimits at or below the host's hard limits; elsewhere leave them empty (make image PODMAN_ARGS=)
+PODMAN_ARGS      ?= $(if $(wildcard /usr/sbin/runc),--runtime /usr/sbin/runc --cgroup-manager=cgroupfs)
+BUILD_ULIMITS    ?= --ulimit nofile=1024:1024 --ulimit nproc=4096:4096
+ENGINE           := $(CONTAINER_ENGINE) $(if $(filter podman,$(notdir $(CONTAINER_ENGINE))),$(PODMAN_ARGS))
+# HEALTHCHECK is kept only in the docker image format (podman builds OCI by default)
+ENGINE_BUILD_ARGS := $(if $(filter podman,$(notdir $(CONTAINER_ENGINE))),--format docker $(BUILD_ULIMITS))
+
+.PHONY: run test test-deps system-deps typecheck image wheels base-image
 .NOTPARALLEL:  # Debian packages before the venv, the venv before pip
 
 run: $(VENV)/.installed
@@ -86,3 +103,26 @@ $(VENV)/.installed-test: pyproject.toml | system-deps $(VENV)/bin/python
 	@echo "make: pip install -e '.[test]' (into $(VENV))"
 	@$(PIP) install -q -e '.[test]' >$(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@touch $@
+
+# lakegate and its runtime dependencies as wheels (not the test extras), installed by the
+# Dockerfile with --no-index: the image build needs no network
+wheels: | $(VENV)/bin/python
+	@rm -rf build/wheels && mkdir -p build/wheels
+	@echo "make: pip wheel -w build/wheels . (lakegate and its runtime dependencies)"
+	@$(PIP) wheel -q -w build/wheels . >build/pip-wheel.log 2>&1 || { cat build/pip-wheel.log; exit 1; }
+	@rm -rf build/lib build/bdist.* lakegate.egg-info
+
+image: wheels
+	$(ENGINE) build $(ENGINE_BUILD_ARGS) --network none --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) .
+	@$(ENGINE) image inspect --format 'make: $(IMAGE): {{.Size}} bytes' $(IMAGE)
+
+# a base image from Debian's packages (Python 3.11, as python:3.11-slim), then e.g.
+# `make image BASE_IMAGE=localhost/lakegate-base:bookworm`; kept when it exists already
+base-image:
+	@if $(ENGINE) image inspect $(LOCAL_BASE_IMAGE) >/dev/null 2>&1; then echo "make: $(LOCAL_BASE_IMAGE) exists"; else \
+	  set -e; tar=$$(mktemp -u /tmp/lakegate-base.XXXXXX.tar); \
+	  echo "make: mmdebstrap bookworm (python3, python3-venv) -> $(LOCAL_BASE_IMAGE)"; \
+	  $(SUDO) mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
+	    --customize-hook='rm -rf "$$1"/var/cache/apt/* "$$1"/var/lib/apt/lists/* "$$1"/usr/share/doc/* "$$1"/usr/share/man/*' \
+	    bookworm $$tar; \
+	  $(ENGINE) import $$tar $(LOCAL_BASE_IMAGE) >/dev/null; rm -f $$tar; fi

@@ -159,6 +159,7 @@ class Environment(BaseSettings):
     lake: str = "dir:var/lake"
     lake_access_key: str = ""
     lake_secret_key: str = ""
+    lake_secret_key_file: Path | None = None  # or the secret in a file (Docker and Kubernetes secrets)
     lake_region: str = S3LakeConfig.region
     lake_timeout: float = Field(S3LakeConfig.timeout, gt=0)
     lake_connect_timeout: float = Field(S3LakeConfig.connect_timeout, gt=0)
@@ -197,6 +198,7 @@ class Environment(BaseSettings):
     node_id: str = ""
     peers: str = ""
     cluster_secret: SecretStr = SecretStr("")
+    cluster_secret_file: Path | None = None  # or the secret in a file (Docker and Kubernetes secrets)
     advertise_url: str = ""
     node_weight: float = Field(1.0, gt=0)
     l2_capacity: ByteSize = ByteSize(4 << 30)
@@ -295,7 +297,8 @@ class Environment(BaseSettings):
         parse_rate(v)
         return v
 
-    @field_validator("tls_cert", "tls_key", "peer_ca_file", "admin_secret_key_file", "admin_token_file", mode="before")
+    @field_validator("tls_cert", "tls_key", "peer_ca_file", "admin_secret_key_file", "admin_token_file",
+                     "lake_secret_key_file", "cluster_secret_file", mode="before")
     @classmethod
     def _unset_path(cls, v: object) -> object:
         return None if v == "" else v  # ``LAKEGATE_TLS_CERT=`` as .env.example writes it: none
@@ -573,14 +576,15 @@ def _server(env: Environment) -> ServerSettings:
 def _lake(env: Environment) -> LakeSettings:
     if env.lake.startswith("dir:"):
         return LakeSettings(env.lake, directory=Path(env.lake[4:]))
-    if not (env.lake_access_key and env.lake_secret_key):
+    lake_secret_key = _secret_or_file(env, "lake_secret_key")
+    if not (env.lake_access_key and lake_secret_key):
         field = "lake_access_key" if not env.lake_access_key else "lake_secret_key"
         raise _fail(field, "an S3 lake needs lake_access_key and lake_secret_key (LAKEGATE_LAKE_ACCESS_KEY/...)")
     endpoints = tuple(env.lake.split(","))  # validated: one or more http(s) URLs
     s3 = S3LakeConfig(
         endpoints[0],
         env.lake_access_key,
-        env.lake_secret_key,
+        lake_secret_key,
         env.lake_region,
         timeout=env.lake_timeout,
         connect_timeout=env.lake_connect_timeout,
@@ -619,7 +623,7 @@ def _membership(env: Environment) -> MembershipConfig:
 def _cluster(env: Environment) -> ClusterSettings | None:
     if not env.peers:
         return None
-    secret = env.cluster_secret.get_secret_value()
+    secret = _secret_or_file(env, "cluster_secret")
     if len(secret) < _MIN_SECRET:
         raise _fail("cluster_secret", "a node with peers needs cluster_secret (LAKEGATE_CLUSTER_SECRET), 16 characters or more")
     seeds, dns = parse_peers(env.peers)
@@ -695,7 +699,7 @@ def _admin(env: Environment) -> AdminConfig:
     if bool(env.admin_access_key) != bool(secret):
         field = "admin_secret_key" if env.admin_access_key else "admin_access_key"
         raise _fail(field, "admin_access_key and admin_secret_key (or admin_secret_key_file) must be given together")
-    cluster_secret = env.cluster_secret.get_secret_value()
+    cluster_secret = _secret_or_file(env, "cluster_secret")
     for field, value in (("admin_secret_key", secret), ("admin_token_file", token)):
         if value and len(value) < _MIN_SECRET:
             raise _fail(field, f"the admin {'token' if 'token' in field else 'secret'} must be {_MIN_SECRET} characters or more")
@@ -705,6 +709,18 @@ def _admin(env: Environment) -> AdminConfig:
     if env.metrics_auth and not admin.configured:
         raise _fail("metrics_auth", "metrics_auth=true needs an admin credential (LAKEGATE_ADMIN_ACCESS_KEY/...)")
     return admin
+
+
+def _secret_or_file(env: Environment, field: str) -> str:
+    """A secret given either in its variable or in a file (``FIELD_FILE``), not both."""
+    value = getattr(env, field)
+    secret = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+    path: Path | None = getattr(env, f"{field}_file")
+    if path is None:
+        return secret
+    if secret:
+        raise _fail(f"{field}_file", f"give {field} or {field}_file, not both")
+    return _secret_file(f"{field}_file", path)
 
 
 def _secret_file(field: str, path: Path) -> str:
