@@ -24,10 +24,12 @@ BIG = 48 << 20  # bytes of the download SIGTERM interrupts: far more than the so
 
 @pytest.fixture
 def node(image: str, rgw_target: Target, tmp_path: Path) -> Iterator[str]:
-    """The container, started detached on the host network at PORT; removed afterwards."""
+    """The container, started detached on the host network at PORT with a read-only root; removed
+    afterwards (with its anonymous cache volume)."""
     secrets = write_secrets(tmp_path / "secrets", rgw_target)
     name = f"lakegate-test-{uuid.uuid4().hex[:8]}"
-    podman("run", "-d", "--name", name, "--network", "host", *ULIMITS,
+    # a read-only root with a writable /tmp, as the helm chart runs it (readOnlyRootFilesystem)
+    podman("run", "-d", "--name", name, "--network", "host", *ULIMITS, "--read-only", "--tmpfs", "/tmp",
            "-v", f"{secrets / 'tenants.toml'}:/etc/lakegate/tenants.toml:ro",
            "-v", f"{secrets / 'lake_secret_key'}:/run/secrets/lake_secret_key:ro",
            "-e", f"LAKEGATE_LISTEN=127.0.0.1:{PORT}", "-e", "LAKEGATE_WORKERS=1",
