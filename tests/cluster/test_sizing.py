@@ -168,6 +168,8 @@ def test_the_split_follows_locality_then_an_expensive_lake(rgw_target: Target, n
         assert s["l1_capacity_bytes"] == TIER and s["total_bytes"] == TOTAL
         assert a["l1_capacity_bytes"] + a["l2_capacity_bytes"] == TOTAL
         assert a["l1_capacity_bytes"] >= 0.6 * TOTAL, (summary, a["history"][-6:])
-        assert b["l1_capacity_bytes"] <= a["l1_capacity_bytes"] - 0.2 * TOTAL, (summary, b["history"][-8:])
+        # at least two steps of 10% of the total (a step's bytes are rounded: compare with a hair's room)
+        moved = (a["l1_capacity_bytes"] - b["l1_capacity_bytes"]) / TOTAL
+        assert moved >= 0.2 - 1e-6, (summary, b["history"][-8:])
         assert b["l2_miss_cost_s"] is not None and b["l1_miss_cost_s"] is not None
         assert b["curves"]["l1"] and b["curves"]["l2"]
