@@ -25,11 +25,8 @@ endpoints), by one of ``POLICIES``:
   number of requests per ``rate_window``; when its latency rises the limit is cut to
   ``backoff`` of what it was served and then grows back cubically (as TCP CUBIC and C3 do) over
   ``regain_s`` to it and past it. A candidate over its limit goes after those within theirs
-  (unless all are over). A candidate whose last response rose (against its own baseline and
-  the others') counts as over its limit while the slowness lasts: it gets probes only (Envoy's
-  outlier ejection, ended by the first response that shows it recovered rather than by a fixed
-  ejection time). Probing: a candidate not tried for ``probe_interval`` goes first, one at a
-  time, so that a recovered candidate is seen and none starves.
+  (unless all are over). Probing: a candidate not tried for ``probe_interval`` goes first, one
+  at a time, so that a recovered candidate is seen and none starves.
 - ``c3``: C3 as published, the ablation: the cubic queue term, no anomaly reports, no weights.
 
 ``micromon`` takes the queue term linear (``queue_exponent`` 1: queue size times service time),
@@ -166,7 +163,6 @@ class ChoiceConfig:
     backoff: float = 0.2
     regain_s: float = 1.0
     latency_rise: float = 2.0
-    eject_risen: bool = True  # micromon: a candidate whose latency rose goes after the others (c3: no)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,8 +280,8 @@ def send_limit(rate: RateState, now: float, config: ChoiceConfig = ChoiceConfig(
 
 
 def _C3(config: ChoiceConfig) -> ChoiceConfig:
-    """C3 as published: the cubic queue term, and a risen candidate ranked by its cost alone."""
-    return replace(config, queue_exponent=3.0, eject_risen=False)
+    """C3 as published: the cubic queue term."""
+    return replace(config, queue_exponent=3.0)
 
 
 def _cost(c: Candidate, config: ChoiceConfig) -> float:
@@ -323,14 +319,9 @@ def _two_choices(candidates: Sequence[Candidate], rand: float) -> list[Candidate
 
 def _micromon(candidates: Sequence[Candidate], state: ChoiceState, now: float, config: ChoiceConfig) -> list[Candidate]:
     """By cost, those within their send limit ahead of those over it (unless all are over),
-    and the most overdue candidate for a probe first. With ``eject_risen``, a candidate whose
-    last response rose (a slowness going on) counts as over its limit: it gets probes (and the
-    requests no other candidate can take) until a response shows it recovered, then regains its
-    rate cubically. Ranked by cost alone, a slow candidate came back whenever the others' queues
-    grew with the load it had left, and each of those requests waited for it (a tail)."""
+    and the most overdue candidate for a probe first."""
     ranked = sorted(_weights_filled(candidates), key=lambda c: _cost(c, config))
-    over = {c.id for c in ranked if _over_limit(state.rates.get(c.id, _NEW_RATE), now, config)
-            or (config.eject_risen and state.rates.get(c.id, _NEW_RATE).risen)}
+    over = {c.id for c in ranked if _over_limit(state.rates.get(c.id, _NEW_RATE), now, config)}
     order = [*(c for c in ranked if c.id not in over), *(c for c in ranked if c.id in over)]
     due = [c for c in order if now - _last_tried(c, state) >= config.probe_interval]
     if not due:
