@@ -1,7 +1,10 @@
 """The admin credential's settings (gateway/admin.py, gateway/settings.py): the secret from the
 environment or a file, never both; the secret and the token 16+ characters and not the cluster
 secret; the key pair together; the access key no tenant's; none of it echoed; the banner names
-the access key, never the secret, or the settings that turn the admin endpoints on."""
+the access key, never the secret, or the settings that turn the admin endpoints on. And the
+other secrets a container is given as files (compose and Kubernetes secrets): the cluster secret
+(LAKEGATE_CLUSTER_SECRET_FILE) and the lake's secret key (LAKEGATE_LAKE_SECRET_KEY_FILE), each
+from its variable or its file, never both, the file's final newline dropped, never echoed."""
 
 from __future__ import annotations
 
@@ -20,6 +23,9 @@ TENANTS = ROOT / "deploy" / "tenants.example.toml"
 DEMO_KEY = "LAKEGATEDEMOKEY00001"  # a tenant of the example tenants file
 SECRET = "admin-secret-0123456789"
 CLUSTER_SECRET = "a-cluster-secret-of-some-length"
+LAKE_SECRET = "lake-secret-0123456789"
+PEERS = "node2=http://127.0.0.1:9001"
+S3_LAKE = {"lake": "http://127.0.0.1:7480", "lake_access_key": "LAKEKEY"}
 
 
 @pytest.fixture(autouse=True)
@@ -99,3 +105,45 @@ def test_the_banner_names_the_admin_key_never_the_secret(tmp_path: Path) -> None
     assert "admin endpoints: off" in off and "LAKEGATE_ADMIN_ACCESS_KEY" in off
     on = _banner(_load(tmp_path, admin_access_key="ADMINKEY", admin_secret_key=SECRET), tenants)
     assert "ADMINKEY" in on and SECRET not in on and "/_lakegate/admin/stats" in on
+
+
+# ---- the cluster secret and the lake's secret key as files -------------------------------------
+
+
+def test_the_cluster_secret_from_a_file(tmp_path: Path) -> None:
+    settings = _load(tmp_path, peers=PEERS, cluster_secret_file=_file(tmp_path, "c", CLUSTER_SECRET + "\n"))
+    assert settings.cluster is not None and settings.cluster.secret == CLUSTER_SECRET.encode()
+    assert CLUSTER_SECRET not in repr(settings)
+
+
+def test_the_lake_secret_key_from_a_file(tmp_path: Path) -> None:
+    settings = _load(tmp_path, **S3_LAKE, lake_secret_key_file=_file(tmp_path, "l", LAKE_SECRET + "\r\n"))
+    assert settings.lake.s3 is not None and settings.lake.s3.secret_key == LAKE_SECRET
+
+
+def test_an_empty_file_variable_means_none(tmp_path: Path) -> None:
+    settings = _load(tmp_path, peers=PEERS, cluster_secret=CLUSTER_SECRET, cluster_secret_file="")
+    assert settings.cluster is not None and settings.cluster.secret == CLUSTER_SECRET.encode()
+
+
+def test_the_admin_secret_must_differ_from_a_cluster_secret_given_as_a_file(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="LAKEGATE_ADMIN_SECRET_KEY"):
+        _load(tmp_path, peers=PEERS, cluster_secret_file=_file(tmp_path, "c", CLUSTER_SECRET),
+              admin_access_key="AK", admin_secret_key=CLUSTER_SECRET)
+
+
+@pytest.mark.parametrize(("overrides", "variable"), [
+    ({"peers": PEERS, "cluster_secret": CLUSTER_SECRET, "cluster_secret_file": "FILE"},
+     "LAKEGATE_CLUSTER_SECRET_FILE"),
+    ({"peers": PEERS, "cluster_secret_file": "/nonexistent/secret"}, "LAKEGATE_CLUSTER_SECRET_FILE"),
+    ({"peers": PEERS, "cluster_secret_file": "SHORT"}, "LAKEGATE_CLUSTER_SECRET"),
+    ({**S3_LAKE, "lake_secret_key": LAKE_SECRET, "lake_secret_key_file": "FILE"}, "LAKEGATE_LAKE_SECRET_KEY_FILE"),
+    ({**S3_LAKE, "lake_secret_key_file": "/nonexistent/secret"}, "LAKEGATE_LAKE_SECRET_KEY_FILE"),
+])
+def test_invalid_secret_files(tmp_path: Path, overrides: dict[str, str], variable: str) -> None:
+    files = {"FILE": _file(tmp_path, "f", CLUSTER_SECRET), "SHORT": _file(tmp_path, "s", "short")}
+    resolved = {k: files.get(v, v) for k, v in overrides.items()}
+    with pytest.raises(SettingsError) as caught:
+        _load(tmp_path, **resolved)
+    message = str(caught.value)
+    assert message.startswith(variable + ":") and CLUSTER_SECRET not in message and LAKE_SECRET not in message
