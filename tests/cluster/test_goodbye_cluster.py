@@ -40,28 +40,31 @@ def test_a_node_sigtermed_leaves_every_ring_by_its_goodbye(start_cluster: StartC
     """With two workers per node, the goodbye reaches one worker of each peer, which tells the
     other: every answer (each a new connection, spread over the workers) shows the node gone."""
     cluster = start_cluster(nodes=3, env={"LAKEGATE_FAILURE_TIMEOUT": FAILURE_TIMEOUT, "LAKEGATE_WORKERS": workers})
-    everyone = ["node1", "node2", "node3"]
-
-    def live(node_id: str) -> list[str]:
-        views = {tuple(cluster.admin(node_id, "/_lakegate/admin/cluster")["live"]) for _ in range(8)}
-        return list(views.pop()) if len(views) == 1 else []  # the workers disagree: not yet
-
-    for node_id in everyone:
-        until(lambda: live(node_id) == everyone, f"{node_id} sees all three nodes")
-        until(lambda: ready(cluster.urls[node_id])["ring"]["live"] == everyone, f"{node_id} ready with all three")
-    cluster.kill("node3", signal.SIGTERM, timeout=120)
-    for node_id in ("node1", "node2"):
-        until(lambda: live(node_id) == ["node1", "node2"], f"{node_id} dropped node3")
-        stats = cluster.admin_stats(node_id)["cache"]["cluster"]
-        assert stats["counters"]["goodbyes_received"] >= 1
-        assert stats["peers"]["node3"]["said_goodbye"] is True
-    bucket = unique_bucket_name("goodbye")
-    lake_s3.create_bucket(Bucket=bucket)
     try:
+        everyone = ["node1", "node2", "node3"]
+
+        def live(node_id: str) -> list[str]:
+            views = {tuple(cluster.admin(node_id, "/_lakegate/admin/cluster")["live"]) for _ in range(8)}
+            return list(views.pop()) if len(views) == 1 else []  # the workers disagree: not yet
+
+        for node_id in everyone:
+            until(lambda: live(node_id) == everyone, f"{node_id} sees all three nodes")
+            until(lambda: ready(cluster.urls[node_id])["ring"]["live"] == everyone, f"{node_id} ready with all three")
+        cluster.kill("node3", signal.SIGTERM, timeout=120)
         for node_id in ("node1", "node2"):
-            s3 = cluster.client(node_id)
-            s3.put_object(Bucket=bucket, Key=node_id, Body=f"after node3 left, via {node_id}".encode())
-            got = cluster.client("node1" if node_id == "node2" else "node2").get_object(Bucket=bucket, Key=node_id)
-            assert got["Body"].read() == f"after node3 left, via {node_id}".encode()
+            until(lambda: live(node_id) == ["node1", "node2"], f"{node_id} dropped node3")
+            stats = cluster.admin_stats(node_id)["cache"]["cluster"]
+            assert stats["counters"]["goodbyes_received"] >= 1
+            assert stats["peers"]["node3"]["said_goodbye"] is True
+        bucket = unique_bucket_name("goodbye")
+        lake_s3.create_bucket(Bucket=bucket)
+        try:
+            for node_id in ("node1", "node2"):
+                s3 = cluster.client(node_id)
+                s3.put_object(Bucket=bucket, Key=node_id, Body=f"after node3 left, via {node_id}".encode())
+                got = cluster.client("node1" if node_id == "node2" else "node2").get_object(Bucket=bucket, Key=node_id)
+                assert got["Body"].read() == f"after node3 left, via {node_id}".encode()
+        finally:
+            empty_and_delete_bucket(lake_s3, bucket)
     finally:
-        empty_and_delete_bucket(lake_s3, bucket)
+        cluster.down()  # its nodes would otherwise run, idle, until the session ends (load on later tests)

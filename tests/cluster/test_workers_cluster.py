@@ -49,3 +49,4 @@ def test_a_node_of_two_workers_is_one_member_and_fetches_each_block_once(
         assert locate(cluster, nodes[1], bucket, key, etag=etag)["held"]["l2"] is True
     finally:
         empty_and_delete_bucket(lake_s3, bucket)
+        cluster.down()  # its nodes would otherwise run, idle, until the session ends (load on later tests)
