@@ -17,6 +17,7 @@ environment carries no AWS_/S3_/LAKEGATE_ variables but the harness's admin key 
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import signal
 import ssl
@@ -34,6 +35,7 @@ from typing import Any, Self
 from harness.endpoints import ADMIN_ENV, BENCH_TENANT, REGION, S3Endpoint, Target, Tenant, admin_get_json, tenants_toml
 from harness.ports import free_port
 from harness.processes import cancel_on_exit, gateway_environment, lakegate_command, listening_pids, log, on_exit, terminate
+from tools.localcluster import listening
 
 HEALTH_PATH = "/_lakegate/health"
 ADMIN_STATS_PATH = "/_lakegate/admin/stats"
@@ -164,6 +166,10 @@ class Gateway:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"lakegate serve exited with code {self.proc.returncode} before it was "
                                    f"healthy; its output ({self.log_path}):\n{self.output_tail()}")
+            if listening(self.port) is False:  # no connection before it listens (localcluster.health says why)
+                last = "not listening yet"
+                time.sleep(0.1)
+                continue
             try:
                 with urllib.request.urlopen(self.url + HEALTH_PATH, timeout=2, context=context) as response:
                     if response.status == 200:
@@ -171,7 +177,7 @@ class Gateway:
                     last = f"HTTP {response.status}"
             except urllib.error.HTTPError as exc:
                 last = f"HTTP {exc.code}"
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, http.client.HTTPException) as exc:
                 last = repr(exc)
             time.sleep(0.1)
         message = (f"lakegate serve did not answer GET {HEALTH_PATH} with 200 within {self.start_timeout:.0f} s "

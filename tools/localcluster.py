@@ -19,6 +19,7 @@ given to another process is left alone.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import secrets
@@ -29,6 +30,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -254,14 +256,40 @@ def free_base_port(host: str, count: int, attempts: int = 50) -> int:
     raise ClusterError(f"found no {count} consecutive free ports on {host}")
 
 
+def listening(port: int) -> bool | None:
+    """Whether a TCP socket of the calling thread's network namespace listens on ``port`` (Linux:
+    /proc/thread-self/net/tcp and tcp6: a thread may have entered a namespace of its own, as
+    benchmarks/netns.py's ``call`` does); None where /proc cannot tell."""
+    tables = 0
+    net = "/proc/thread-self/net" if os.path.isdir("/proc/thread-self/net") else "/proc/net"
+    for table in (f"{net}/tcp", f"{net}/tcp6"):
+        try:
+            with open(table) as rows:
+                next(rows, None)
+                tables += 1
+                for row in rows:
+                    fields = row.split()
+                    if len(fields) > 3 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except OSError:
+            continue
+    return False if tables else None
+
+
 def health(node: NodeState, timeout: float = 2.0) -> str | None:
-    """None if the node answers GET /_lakegate/health with 200, else what went wrong."""
+    """None if the node answers GET /_lakegate/health with 200, else what went wrong. No
+    connection is tried before the port listens: a connection to a port of the ephemeral range
+    that nothing listens on can connect to itself (TCP simultaneous open), and then reads back
+    its own request and holds the node's port."""
+    port = urlsplit(node.url).port
+    if port is not None and listening(port) is False:
+        return "not listening yet"
     try:
         with urllib.request.urlopen(node.url + HEALTH_PATH, timeout=timeout) as response:
             return None if response.status == 200 else f"HTTP {response.status}"
     except urllib.error.HTTPError as exc:
         return f"HTTP {exc.code}"
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         return repr(exc)
 
 

@@ -65,6 +65,17 @@ def _objects(prefix: str, count: int) -> list[str]:
     return [f"{prefix}-{i:03d}" for i in range(count)]
 
 
+def _every_worker_sees_both(nodes: LocalCluster, timeout: float = 60.0) -> None:
+    """Until each node's answers (spread over its two workers, each with its own view of the
+    ring) all show both nodes live: up() checks one answer per node, and a worker that has not
+    heard from its peer yet owns every block in its own view."""
+    deadline = time.monotonic() + timeout
+    for node in nodes.node_ids:
+        while not all(len(nodes.admin(node, "/_lakegate/admin/cluster")["live"]) == 2 for _ in range(8)):
+            assert time.monotonic() < deadline, f"{node}'s workers do not all see both nodes"
+            time.sleep(0.2)
+
+
 def _owner(nodes: LocalCluster, bucket: str, key: str) -> str:
     return str(nodes.admin(nodes.node_ids[0], f"/_lakegate/admin/locate?bucket={bucket}&key={key}")["owners"][0])
 
@@ -141,6 +152,7 @@ def test_the_split_follows_locality_then_an_expensive_lake(rgw_target: Target, n
             nodes.up()
             first, second = nodes.node_ids
             start = [_sizing(nodes, node) for node in nodes.node_ids]
+            _every_worker_sees_both(nodes)
             owners = {key: _owner(nodes, bucket, key) for key in local}
             per_set = int(0.7 * TOTAL // BLOCK)
             # node1's clients read keys node2 owns, and the other way round: L1 keeps them
