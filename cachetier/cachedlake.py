@@ -14,6 +14,16 @@ it (journaled and replicated, the lake later: ``cachetier.write.writeback``), un
 back to write-through; every write-through write of a key first supersedes the key's pending
 write-back versions, so none of them reaches the lake after it. Reads see pending versions
 through the lake this cache reads (``cachetier.write.pending``).
+
+A conditional write (``If-None-Match: *``, ``If-Match``) is always written through: only the
+lake can decide it atomically with the write. Should a version of the key acknowledged in
+write-back still be on its way there, the lake would decide against an object the client no
+longer sees, so the write is answered 409 ConditionalRequestConflict (retried by clients, decided
+once the flusher has landed the version). A version acknowledged on another node reaches this
+node's journal with its pending notice, before that node answers its client; a conditional write
+racing that notice is concurrent with it, and either order is one S3 could give. The exception:
+a live node the notice did not reach (counted as ``notice_failures``) decides as if the version
+were not there until the flush.
 """
 
 from __future__ import annotations
@@ -25,7 +35,8 @@ from collections.abc import AsyncIterator, Iterator
 from cachetier.blocks.ids import BlockId
 from cachetier.blocks.store import BlockStore
 from cachetier.cluster.node import Cluster
-from cachetier.lake.conditions import Conditions
+from cachetier.errors import ConditionalRequestConflict, Unimplemented
+from cachetier.lake.conditions import NO_CONDITIONS, Conditions
 from cachetier.context import current
 from cachetier.lake import (
     Body,
@@ -94,23 +105,38 @@ class CachedLake:
     # ---- writes: through to the lake, then invalidate (and maybe fill L1) -------------------
 
     async def put_object(
-        self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes, content_md5: str | None = None
+        self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes, content_md5: str | None = None,
+        conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
         context = current.get()
         if self.writeback is not None:
-            if context.write.back:
+            if conditions.for_write:
+                await self._nothing_pending(bucket, key)  # then written through: the lake decides
+            elif context.write.back:
                 result = await self.writeback.put(bucket, key, body, length, attrs, content_md5, context.write,
                                                   context.tenant)
                 if result is not None:
                     return result
             await self.writeback.supersede(bucket, key)
-        result = await self._put_through(bucket, key, body, length, attrs, content_md5)
+        result = await self._put_through(bucket, key, body, length, attrs, content_md5, conditions)
         if context.write.back:  # asked for write-back, fell back: the answer says so
             result = dataclasses.replace(result, headers={**result.headers, MODE_HEADER: "write-through"})
         return result
 
+    async def _nothing_pending(self, bucket: str, key: str) -> None:
+        """Before a conditional write in a node with write-back: the lake decides the condition,
+        so no version of the key may be pending on its way there (the client has been told it
+        is written; the lake does not know it yet). One is: 409 ConditionalRequestConflict, S3's
+        answer to a conditional write that meets a write in progress (clients retry it), and
+        the retry passes once the flusher has written the version to the lake."""
+        assert self.writeback is not None
+        if await self.writeback.latest(bucket, key) is not None:
+            raise ConditionalRequestConflict(
+                "A write of this key acknowledged in write-back has not reached the lake yet; retry.", resource=key)
+
     async def _put_through(
-        self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes, content_md5: str | None
+        self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes, content_md5: str | None,
+        conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
         context = current.get()
         self.reads.invalidate(bucket, key)
@@ -123,7 +149,7 @@ class CachedLake:
         try:
             try:
                 result = await self.lake.put_object(
-                    bucket, key, _tee(body, kept) if keep else body, length, attrs, content_md5
+                    bucket, key, _tee(body, kept) if keep else body, length, attrs, content_md5, conditions
                 )
             finally:
                 await self._written(bucket, [key])
@@ -212,14 +238,20 @@ class CachedLake:
             await self._written(bucket, keys)
 
     async def complete_multipart_upload(
-        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
+        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]],
+        conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
         if self.writeback is not None:
             if upload_id.startswith(UPLOAD_PREFIX):
+                if conditions.for_write:  # its object is acknowledged before the lake sees it
+                    raise Unimplemented("A conditional CompleteMultipartUpload needs an upload created in "
+                                        "write-through (x-lakegate-write-mode: write-through).")
                 return await self.writeback.complete_upload(bucket, key, upload_id, parts, current.get().write)
+            if conditions.for_write:
+                await self._nothing_pending(bucket, key)
             await self.writeback.supersede(bucket, key)
         try:
-            return await self.lake.complete_multipart_upload(bucket, key, upload_id, parts)
+            return await self.lake.complete_multipart_upload(bucket, key, upload_id, parts, conditions)
         finally:
             await self._written(bucket, [key])
 

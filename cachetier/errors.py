@@ -77,6 +77,11 @@ class BucketNotEmpty(S3Error):
     message = "The bucket you tried to delete is not empty."
 
 
+class ConditionalRequestConflict(S3Error):
+    status = 409
+    message = "A conflicting operation is in progress against this resource. Please try again."
+
+
 class BucketAlreadyExists(S3Error):
     status = 409
     message = "The requested bucket name is not available."

@@ -165,6 +165,7 @@ class Environment(BaseSettings):
     lake_connect_timeout: float = Field(S3LakeConfig.connect_timeout, gt=0)
     lake_retries: int = Field(S3LakeConfig.retries, ge=0, le=10)
     lake_max_connections: int = Field(S3LakeConfig.max_connections, ge=1)
+    lake_conditional_complete: bool = S3LakeConfig.conditional_complete  # the lake decides them
     tenants_file: Path = Path("deploy/tenants.example.toml")
     cache_dir: Path = Path("var/cache")
     cache: bool = True
@@ -591,6 +592,7 @@ def _lake(env: Environment) -> LakeSettings:
         retries=env.lake_retries,
         max_connections=env.lake_max_connections,
         endpoints=endpoints,
+        conditional_complete=env.lake_conditional_complete,
     )
     return LakeSettings(env.lake, s3=s3)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, TypeVar, runtime_checkable
 
-from cachetier.lake.conditions import Conditions
+from cachetier.lake.conditions import NO_CONDITIONS, Conditions
 from cachetier.lake.ranges import ByteRange
 
 Body = AsyncIterator[bytes]
@@ -342,8 +342,11 @@ class Lake(Protocol):
         length: int,
         attrs: ObjectAttributes,
         content_md5: str | None = None,
+        conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
-        """``length`` is exact; ``content_md5`` (base64), when given, is checked by the lake too."""
+        """``length`` is exact; ``content_md5`` (base64), when given, is checked by the lake too.
+        ``conditions``: a conditional write (``Conditions.check_write``), decided by the lake
+        atomically with the write: PreconditionFailed (412) or NoSuchKey leave the object as it was."""
         ...
 
     async def copy_object(
@@ -378,9 +381,11 @@ class Lake(Protocol):
     ) -> WriteResult: ...
 
     async def complete_multipart_upload(
-        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
+        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]],
+        conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
-        """``parts`` are (part number, etag) as the client listed them."""
+        """``parts`` are (part number, etag) as the client listed them; ``conditions`` as for
+        ``put_object`` (a failed one leaves the upload in place, as S3 does)."""
         ...
 
     async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None: ...

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from cachetier.errors import NotModified, PreconditionFailed
+from cachetier.errors import NoSuchKey, NotModified, PreconditionFailed
 
 
 def _etags(header: str) -> list[str]:
@@ -54,3 +54,26 @@ class Conditions:
             if for_read:
                 raise NotModified(etag=etag)
             raise PreconditionFailed()
+
+    def check_write(self, etag: str | None) -> None:
+        """A conditional write (PutObject, CompleteMultipartUpload) against the object's current
+        ETag (None: there is none), as S3 decides it: ``If-None-Match: *`` fails on any object
+        (412), ``If-Match`` on another ETag (412) or on no object (404 NoSuchKey). The dates have
+        no meaning for a write (S3 ignores them), nor does If-None-Match with ETags (the gateway
+        refuses it before: S3 answers 501)."""
+        if self.if_none_match is not None and etag is not None:
+            raise PreconditionFailed()
+        if self.if_match is not None:
+            if etag is None:
+                raise NoSuchKey()
+            wanted = _etags(self.if_match)
+            if "*" not in wanted and etag.strip('"') not in wanted:
+                raise PreconditionFailed()
+
+    @property
+    def for_write(self) -> bool:
+        """Whether a write has a condition to meet (If-Match or If-None-Match)."""
+        return self.if_match is not None or self.if_none_match is not None
+
+
+NO_CONDITIONS = Conditions()

@@ -32,7 +32,7 @@ from cachetier.lake import (
     Body, BucketInfo, CopySource, DeleteOutcome, ListEntry, ListPage, ListQuery, ObjectAttributes, ObjectInfo,
     ObjectPart, ObjectStream, PartInfo, PartsPage, UploadInfo, UploadsPage, UploadsQuery, WriteResult,
 )  # fmt: skip
-from cachetier.lake.conditions import Conditions
+from cachetier.lake.conditions import NO_CONDITIONS, Conditions
 from cachetier.lake.dirlake import SELF_COPY_MESSAGE
 from cachetier.lake.dirlake.files import MAX_PUT_SIZE, _parse_content_md5
 from cachetier.lake.dirlake.index import (
@@ -234,6 +234,7 @@ class MemoryLake:
         length: int,
         attrs: ObjectAttributes,
         content_md5: str | None = None,
+        conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
         self._bucket(bucket)
         check_key(key)
@@ -242,7 +243,9 @@ class MemoryLake:
             data, _etag(data), self._now(), attrs.content_type or DEFAULT_CONTENT_TYPE,
             dict(attrs.metadata), _lower_keys(attrs.headers),
         )  # fmt: skip
-        self._bucket(bucket).store(key, obj)  # looked up again: deleted while the body came?
+        target = self._bucket(bucket)  # looked up again: deleted while the body came?
+        _check_write(target, key, conditions)  # no await from here to the store: atomic
+        target.store(key, obj)
         return WriteResult(obj.etag, _utc(obj.last_modified), _checksums(obj.headers))
 
     async def copy_object(
@@ -332,10 +335,12 @@ class MemoryLake:
         return self._store_part(upload, part_number, obj.data[start : end + 1])
 
     async def complete_multipart_upload(
-        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
+        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]],
+        conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
         found, upload = self._upload(bucket, key, upload_id)
         chosen = _choose_parts(parts, upload.parts)
+        _check_write(found, key, conditions)
         digests = b"".join(bytes.fromhex(p["etag"].strip('"')) for p in chosen)
         obj = _Object(
             b"".join(p["data"] for p in chosen), f'"{hashlib.md5(digests).hexdigest()}-{len(chosen)}"',
@@ -376,3 +381,9 @@ class MemoryLake:
 
     async def aclose(self) -> None:
         """Nothing to close: the objects stay, as a folder's do when DirLake closes."""
+
+
+def _check_write(bucket: _Bucket, key: str, conditions: Conditions) -> None:
+    if conditions.for_write:
+        current = bucket.objects.get(key)
+        conditions.check_write(None if current is None else current.etag)

@@ -1,6 +1,7 @@
 """Request headers read into the Lake interface's value types: ``Range`` (and
 ``x-amz-copy-source-range``) into a :class:`ByteRange`, the ``If-*`` headers (and their
-``x-amz-copy-source-if-*`` twins) into :class:`Conditions`, HTTP dates into datetimes.
+``x-amz-copy-source-if-*`` twins) into :class:`Conditions`, a write's ``If-Match`` /
+``If-None-Match: *`` into the conditions of a conditional write, HTTP dates into datetimes.
 
 Each reads the way S3 does: what S3 ignores (a malformed or multi-range ``Range``, a date it
 cannot parse) reads as absent, not as an error.
@@ -13,7 +14,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 
-from cachetier.lake.conditions import Conditions
+from cachetier.errors import Unimplemented
+from cachetier.lake.conditions import NO_CONDITIONS, Conditions
 from cachetier.lake.ranges import ByteRange
 from gateway.s3.numbers import MAX_DIGITS
 
@@ -67,3 +69,16 @@ def conditions(headers: Mapping[str, str], prefix: str = "") -> Conditions:
         if_modified_since=http_date(headers.get(prefix + "if-modified-since")),
         if_unmodified_since=http_date(headers.get(prefix + "if-unmodified-since")),
     )
+
+
+def write_conditions(headers: Mapping[str, str]) -> Conditions:
+    """The conditions of a conditional write (PutObject, CompleteMultipartUpload): ``If-Match``
+    (an ETag, a list of them, or ``*``) and ``If-None-Match``, of which S3 takes ``*`` only (any
+    other value: 501 NotImplemented, as S3 answers). ``If-Modified-Since`` and
+    ``If-Unmodified-Since`` mean nothing to a write: ignored, as S3 does."""
+    if_match, if_none_match = headers.get("if-match"), headers.get("if-none-match")
+    if if_match is None and if_none_match is None:
+        return NO_CONDITIONS
+    if if_none_match is not None and if_none_match.strip().strip('"') != "*":
+        raise Unimplemented("If-None-Match on a write takes * only.", resource="If-None-Match")
+    return Conditions(if_match=if_match, if_none_match=None if if_none_match is None else "*")

@@ -18,6 +18,7 @@ import pytest
 from harness.endpoints import ALICE, REGION
 from inprocess import AsgiBridge, lakegate_app
 
+from cachetier.lake.conditions import NO_CONDITIONS, Conditions
 from cachetier.lake import Body, ObjectAttributes, WriteResult
 from cachetier.lake.memory import MemoryLake
 from cachetier.write.flusher import Flusher
@@ -102,11 +103,11 @@ class HeldLake(MemoryLake):
         self.release: asyncio.Event | None = None
 
     async def put_object(self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes,
-                         content_md5: str | None = None) -> WriteResult:
+                         content_md5: str | None = None, conditions: Conditions = NO_CONDITIONS) -> WriteResult:
         self.release = self.release or asyncio.Event()
         self.entered.set()
         await self.release.wait()
-        return await super().put_object(bucket, key, body, length, attrs, content_md5)
+        return await super().put_object(bucket, key, body, length, attrs, content_md5, conditions)
 
 
 def test_a_write_back_put_is_flushed_to_the_lake_before_a_draining_node_closes(

@@ -33,6 +33,7 @@ from harness.endpoints import ADMIN_ACCESS_KEY, ADMIN_SECRET_KEY, ALICE, Tenant,
 from inprocess import AsgiBridge, lakegate_app
 from prometheus_client.parser import text_string_to_metric_families
 
+from cachetier.lake.conditions import NO_CONDITIONS, Conditions
 from cachetier.errors import NoSuchKey
 from cachetier.lake import Body, ObjectAttributes, WriteResult
 from cachetier.lake.dirlake import DirLake
@@ -52,10 +53,10 @@ class HeldLake(DirLake):
         self.release.set()
 
     async def put_object(self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes,
-                         content_md5: str | None = None) -> WriteResult:
+                         content_md5: str | None = None, conditions: Conditions = NO_CONDITIONS) -> WriteResult:
         while key.startswith(HELD) and not self.release.is_set():
             await asyncio.sleep(0.01)
-        return await super().put_object(bucket, key, body, length, attrs, content_md5)
+        return await super().put_object(bucket, key, body, length, attrs, content_md5, conditions)
 
 
 class Node:

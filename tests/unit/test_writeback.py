@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from doubles import B, BS, Clock, memory_lake
 
+from cachetier.lake.conditions import NO_CONDITIONS, Conditions
 from cachetier.blocks.store import MemoryBlockStore
 from cachetier.cachedlake import CachedLake
 from cachetier.cluster.config import MembershipConfig
@@ -24,7 +25,10 @@ from cachetier.cluster.node import Cluster
 from cachetier.cluster.owner import Owner
 from cachetier.cluster.ring import Member
 from cachetier.context import RequestContext, WriteIntent, current
-from cachetier.errors import BadDigest, BucketNotEmpty, NoSuchBucket, NoSuchKey, SlowDown
+from cachetier.errors import (
+    BadDigest, BucketNotEmpty, ConditionalRequestConflict, NoSuchBucket, NoSuchKey, PreconditionFailed, SlowDown,
+    Unimplemented,
+)
 from cachetier.lake import Body, ListQuery, ObjectAttributes, UploadsQuery, WriteResult
 from cachetier.lake.memory import MemoryLake
 from cachetier.lake.ranges import ByteRange
@@ -35,7 +39,7 @@ from cachetier.write.flusher import Flusher
 from cachetier.write.journal import Journal, Version
 from cachetier.write.pending import pending_lake
 from cachetier.write.peers import JournalOwner
-from cachetier.write.writeback import MIN_PART, WriteBack, WriteBackConfig
+from cachetier.write.writeback import MIN_PART, MODE_HEADER, WriteBack, WriteBackConfig
 from policies.replication import Thresholds
 
 BACK = WriteIntent(back=True)
@@ -424,11 +428,11 @@ class HeldPutLake(MemoryLake):
         self.entered, self.release = asyncio.Event(), asyncio.Event()
 
     async def put_object(self, bucket: str, key: str, body: Body, length: int, attrs: ObjectAttributes,
-                         content_md5: str | None = None) -> WriteResult:
+                         content_md5: str | None = None, conditions: Conditions = NO_CONDITIONS) -> WriteResult:
         data = b"".join([bytes(p) async for p in body])
         self.entered.set()
         await self.release.wait()
-        return await super().put_object(bucket, key, _pieces(data), length, attrs, content_md5)
+        return await super().put_object(bucket, key, _pieces(data), length, attrs, content_md5, conditions)
 
 
 async def _pieces(data: bytes) -> AsyncIterator[bytes]:
@@ -626,5 +630,41 @@ def test_a_failed_copy_sends_the_write_to_the_lake_and_leaves_no_copy_or_older_v
         for node in nodes:
             await node.flusher.round()  # the copy holder checks its copies with their receivers
         assert [n.journal.versions(B, "k") for n in nodes] == [[], [], []]
+
+    asyncio.run(main())
+
+
+def test_a_conditional_write_is_decided_by_the_lake_never_against_a_pending_version(
+        tmp_path: Path, lake: MemoryLake) -> None:
+    """A conditional write is written through (the lake decides it, atomically); while a
+    version of the key acknowledged in write-back is on its way to the lake, every node answers
+    it 409 ConditionalRequestConflict, and the retry after the flush is decided against it."""
+    nodes, _ = cluster(tmp_path, lake)
+    create = Conditions(if_none_match="*")
+
+    async def conditional(node: Node, key: str, data: bytes, conditions: Conditions) -> WriteResult:
+        current.set(RequestContext("t", write=BACK))
+        return await node.cache.put_object(B, key, body(data), len(data), ObjectAttributes(), conditions=conditions)
+
+    async def main() -> None:
+        etag = await put(nodes[0], "k", b"acknowledged")
+        for node in nodes:
+            with pytest.raises(ConditionalRequestConflict):
+                await conditional(node, "k", b"other", create)
+            with pytest.raises(ConditionalRequestConflict):
+                await conditional(node, "k", b"other", Conditions(if_match=etag))
+        assert await in_lake(lake, "k") is None  # nothing written, the pending version kept
+        await flush_all(nodes)
+        with pytest.raises(PreconditionFailed):
+            await conditional(nodes[1], "k", b"other", create)
+        result = await conditional(nodes[2], "k", b"swapped", Conditions(if_match=etag))
+        assert result.headers[MODE_HEADER] == "write-through" and await in_lake(lake, "k") == b"swapped"
+        assert await get(nodes[0], "k") == b"swapped"
+        await conditional(nodes[0], "new", b"created", create)
+        assert await in_lake(lake, "new") == b"created"  # through, though write-back was asked
+        upload = await nodes[0].cache.create_multipart_upload(B, "mp", ObjectAttributes())
+        part = await nodes[0].cache.upload_part(B, "mp", upload, 1, body(b"p"), 1)
+        with pytest.raises(Unimplemented):  # a write-back upload's object is acknowledged before the lake has it
+            await nodes[0].cache.complete_multipart_upload(B, "mp", upload, [(1, part.etag)], conditions=create)
 
     asyncio.run(main())

@@ -56,7 +56,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from cachetier.lake.conditions import Conditions
+from cachetier.lake.conditions import NO_CONDITIONS, Conditions
 from cachetier.lake.dirlake.files import (
     CHUNK, MAX_PUT_SIZE, _discard, _FileBody, _fsync_dir, _parse_content_md5, _read_json,
 )  # fmt: skip
@@ -178,9 +178,11 @@ class DirLake(_MultipartUploads):
 
     # -- committing and opening objects ------------------------------------------------
 
-    def _commit(self, idx: _BucketIndex, staged: Path, record: _Record) -> None:
+    def _commit(self, idx: _BucketIndex, staged: Path, record: _Record, conditions: Conditions = NO_CONDITIONS) -> None:
         """Make the fsynced temp file ``staged`` the object ``record.key``: steps 2-4 of the
-        write order in the module docstring. Blocking."""
+        write order in the module docstring; a conditional write's ``conditions`` are checked
+        in step 3's transaction (a failed one leaves the old row, and step 2's file is
+        removed). Blocking."""
         name = uuid.uuid4().hex
         placed = idx.data_path(name)
         committed = False
@@ -191,7 +193,8 @@ class DirLake(_MultipartUploads):
             os.rename(staged, placed)  # no lock needed: nothing knows the fresh name yet
             _fsync_dir(placed.parent)
             with idx.use() as db:
-                old = _put(db, dataclasses.replace(record, file=name))
+                old = _put(db, dataclasses.replace(record, file=name),
+                           conditions.check_write if conditions.for_write else None)
                 committed = True
                 if old is not None:  # under the lock: no reader is between lookup and open
                     _discard(idx.data_path(old))
@@ -363,6 +366,7 @@ class DirLake(_MultipartUploads):
         length: int,
         attrs: ObjectAttributes,
         content_md5: str | None = None,
+        conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
         idx = await self._index(bucket)
         check_key(key)
@@ -374,7 +378,7 @@ class DirLake(_MultipartUploads):
             key, "", staged.size, f'"{staged.md5.hex()}"', self._now(),
             attrs.content_type or DEFAULT_CONTENT_TYPE, dict(attrs.metadata), _lower_keys(attrs.headers),
         )  # fmt: skip
-        await self._io(self._commit, idx, staged.path, record)
+        await self._io(self._commit, idx, staged.path, record, conditions)
         return WriteResult(record.etag, _utc(record.last_modified), _checksums(record.headers))
 
     async def copy_object(

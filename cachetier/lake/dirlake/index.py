@@ -10,7 +10,7 @@ import json
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -144,11 +144,16 @@ def _get(db: sqlite3.Connection, key: str) -> _Record | None:
     return None if row is None else _Record.from_row(row)
 
 
-def _put(db: sqlite3.Connection, record: _Record) -> str | None:
-    """Insert or replace ``record``; returns the data file the replaced row named."""
+def _put(db: sqlite3.Connection, record: _Record, admit: Callable[[str | None], None] | None = None) -> str | None:
+    """Insert or replace ``record``; returns the data file the replaced row named. ``admit``, a
+    conditional write's check, sees the replaced row's ETag (None: no row) inside the same
+    write transaction (BEGIN IMMEDIATE: no other process commits between it and the write), and
+    may raise to leave the row as it was."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        old = db.execute("SELECT file FROM objects WHERE key = ?", (record.key,)).fetchone()
+        old = db.execute("SELECT file, etag FROM objects WHERE key = ?", (record.key,)).fetchone()
+        if admit is not None:
+            admit(None if old is None else str(old[1]))
         db.execute("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?, ?)", record.row())
         db.execute("COMMIT")
     except BaseException:

@@ -44,6 +44,7 @@ from cachetier.lake import (
     UploadsQuery,
     WriteResult,
 )
+from cachetier.lake.conditions import NO_CONDITIONS, Conditions
 
 MIN_PART_SIZE = 5 << 20
 MAX_PART_NUMBER = 10000
@@ -102,7 +103,9 @@ class _MultipartUploads(_Staging):
     if TYPE_CHECKING:  # what DirLake provides, declared for the type checker only
         def _now(self) -> int: ...
         async def _index(self, bucket: str) -> _BucketIndex: ...
-        def _commit(self, idx: _BucketIndex, staged: Path, record: _Record) -> None: ...
+        def _commit(
+            self, idx: _BucketIndex, staged: Path, record: _Record, conditions: Conditions = NO_CONDITIONS
+        ) -> None: ...
         async def _open_source(
             self, source: CopySource, for_part: bool
         ) -> tuple[_Record, tuple[int, int] | None, BinaryIO]: ...
@@ -236,7 +239,8 @@ class _MultipartUploads(_Staging):
         return await self._io(self._commit_part, folder, part_number, staged)
 
     async def complete_multipart_upload(
-        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
+        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]],
+        conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
         idx, folder, meta = await self._upload(bucket, key, upload_id)
         chosen = _choose_parts(parts, await self._io(self._read_parts, folder))
@@ -249,7 +253,7 @@ class _MultipartUploads(_Staging):
         )  # fmt: skip
         # The part sizes are in the index row, so they commit with the object. Committed like a PUT; a crash before the upload is dropped leaves it listed, and
         # completing it again gives the same object.
-        await self._io(self._commit, idx, staged.path, record)
+        await self._io(self._commit, idx, staged.path, record, conditions)  # failed: the upload stays
         await self._io(self._drop_upload, folder)
         return WriteResult(etag, _utc(record.last_modified))
 

@@ -31,7 +31,7 @@ import httpx2
 from cachetier import errors
 from cachetier.lake import xmlshapes
 from cachetier.lake.s3.signing import UNSIGNED_PAYLOAD, CrtSigner, Signer
-from cachetier.lake.conditions import Conditions
+from cachetier.lake.conditions import NO_CONDITIONS, Conditions
 from cachetier.lake.s3 import xml as s3xml
 from cachetier.lake.s3.headers import (
     CHECKSUM_MODE,
@@ -47,6 +47,7 @@ from cachetier.lake.s3.headers import (
     range_header,
     response_headers,
     unsatisfied_size,
+    write_condition_headers,
     write_result,
 )
 from cachetier.errors import (
@@ -61,6 +62,7 @@ from cachetier.errors import (
     S3Error,
     ServiceUnavailable,
     SlowDown,
+    Unimplemented,
     from_lake,
 )
 from cachetier.lake.s3.config import S3LakeConfig
@@ -123,6 +125,7 @@ class S3Lake:
         self._retries = config.retries
         self._timeouts = config.timeouts.as_dict()
         self._urls = config.endpoints
+        self._conditional_complete = config.conditional_complete
         self._endpoints = {url: self._endpoint(url, config, transport) for url in config.endpoints}
         self.chooser: EndpointChooser = chooser if chooser is not None else RoundRobin()
 
@@ -235,8 +238,9 @@ class S3Lake:
         length: int,
         attrs: ObjectAttributes,
         content_md5: str | None = None,
+        conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
-        headers = attribute_headers(attrs)
+        headers = attribute_headers(attrs) | write_condition_headers(conditions)
         if content_md5 is not None:
             headers["content-md5"] = content_md5
         response = await self._request("PUT", bucket, key, headers=headers, content=body, length=length)
@@ -349,11 +353,16 @@ class S3Lake:
         return f"bytes={first}-{last}"
 
     async def complete_multipart_upload(
-        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
+        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]],
+        conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
+        if conditions.for_write and not self._conditional_complete:
+            raise Unimplemented("This lake does not decide a conditional CompleteMultipartUpload "
+                                "(LAKEGATE_LAKE_CONDITIONAL_COMPLETE).")
         body = xmlshapes.complete_request(parts)
         response = await self._request(
-            "POST", bucket, key, query={"uploadId": upload_id}, content=body, not_found="NoSuchUpload"
+            "POST", bucket, key, query={"uploadId": upload_id}, content=body, not_found="NoSuchUpload",
+            headers=write_condition_headers(conditions),
         )
         etag = _parsed(s3xml.parse_complete_etag, response.content)
         result = write_result(response)

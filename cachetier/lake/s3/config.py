@@ -23,6 +23,9 @@ class S3LakeConfig:
     retries: int = 3  # of idempotent requests, on connection errors and 5xx
     max_connections: int = 64  # per endpoint
     endpoints: tuple[str, ...] = ()
+    # the lake decides a conditional CompleteMultipartUpload (AWS S3, MinIO). Off: lakegate
+    # answers one 501 NotImplemented, for Ceph RGW 16.2 completes it ignoring the condition
+    conditional_complete: bool = False
 
     def __post_init__(self) -> None:
         if not self.endpoints:

@@ -74,6 +74,20 @@ def condition_headers(conditions: Conditions, prefix: str) -> dict[str, str]:
     return headers
 
 
+def write_condition_headers(conditions: Conditions) -> dict[str, str]:
+    """A conditional write's ``If-Match`` / ``If-None-Match: *`` for the lake, which decides it
+    (atomically, where it implements conditional writes: AWS S3, MinIO, Ceph RGW's PUT)."""
+    headers = {}
+    if conditions.if_match is not None:
+        tags = conditions.if_match.strip()
+        # Ceph RGW 16.2 compares a write's If-Match with its ETag unquoted (a quoted one always
+        # fails): one ETag goes without its quotes, as AWS S3 takes it too
+        headers["if-match"] = tags if "," in tags else tags.strip('"')
+    if conditions.if_none_match is not None:
+        headers["if-none-match"] = conditions.if_none_match
+    return headers
+
+
 def lake_conditions(conditions: Conditions) -> Conditions:
     """The conditions a GET sends the lake; ``get_object`` checks all of them again on the
     answer. Ceph RGW 16.2 compares If-Match / If-None-Match as one opaque string, failing

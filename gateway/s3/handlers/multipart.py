@@ -6,6 +6,7 @@ from cachetier.errors import InvalidArgument, NoSuchUpload
 from cachetier.lake import UploadsQuery
 from gateway.s3 import xml
 from gateway.s3.handlers.common import Call, attributes, check_key, copy_source, int_arg, url_encoding
+from gateway.s3.headers import write_conditions
 from gateway.s3.numbers import has_control
 from gateway.s3.response import Response
 
@@ -53,8 +54,9 @@ async def upload_part_copy(call: Call) -> Response:
 
 async def complete(call: Call) -> Response:
     upload_id = _upload_id(call)
+    conditional = write_conditions(call.req.headers)
     parts = xml.parse_complete_multipart(await call.body.read_all(xml.MAX_BODY))
-    result = await call.lake.complete_multipart_upload(call.bucket, call.key, upload_id, parts)
+    result = await call.lake.complete_multipart_upload(call.bucket, call.key, upload_id, parts, conditions=conditional)
     host = call.req.headers.get("host", "")
     body = xml.complete_multipart(f"http://{host}/{call.bucket}/{call.key}", call.bucket, call.key, result.etag)
     resp = Response.xml(body)

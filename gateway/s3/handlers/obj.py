@@ -11,13 +11,13 @@ blocks are the cache's blocks of that range.
 
 from __future__ import annotations
 
-from cachetier.errors import InvalidArgument, InvalidRequest, ServiceUnavailable
+from cachetier.errors import InvalidArgument, InvalidRequest, ServiceUnavailable, Unimplemented
 from cachetier.lake import ObjectPart, ObjectStream
 from gateway.s3 import xml
 from gateway.s3.handlers.common import (
     Call, attributes, check_key, check_overrides, copy_source, int_arg, object_headers,
 )
-from gateway.s3.headers import byte_range, conditions
+from gateway.s3.headers import byte_range, conditions, write_conditions
 from gateway.s3.response import Response
 
 # A part's place is looked up, then its bytes read: an overwrite in between is read again.
@@ -99,15 +99,21 @@ async def get_object(call: Call) -> Response:
 async def put_object(call: Call) -> Response:
     check_key(call.key)
     attrs = attributes(call.req.headers, with_checksums=True)
+    conditional = write_conditions(call.req.headers)  # before the body: a 501 reads none of it
     payload, length = call.body.payload(stored=attrs.headers)  # type: ignore[arg-type]
     result = await call.lake.put_object(
-        call.bucket, call.key, payload, length, attrs, content_md5=call.req.headers.get("content-md5")
+        call.bucket, call.key, payload, length, attrs, content_md5=call.req.headers.get("content-md5"),
+        conditions=conditional,
     )
     return Response(headers={"ETag": result.etag, **result.headers})
 
 
 async def copy_object(call: Call) -> Response:
     check_key(call.key)
+    if "if-match" in call.req.headers or "if-none-match" in call.req.headers:
+        # a condition on the copy's destination (not its x-amz-copy-source-if-*): not built, and
+        # never ignored (an ignored If-None-Match: * would overwrite what it was to protect)
+        raise Unimplemented("CopyObject with If-Match or If-None-Match is not implemented.")
     source = copy_source(call, with_range=False)
     directive = call.req.headers.get("x-amz-metadata-directive", "COPY").upper()
     if directive not in ("COPY", "REPLACE"):
