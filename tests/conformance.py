@@ -415,6 +415,23 @@ class ConformanceSuite:
         s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=upload, MultipartUpload=listed, IfMatch=current)
         assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"part"
 
+    @pytest.mark.parametrize("asked", [
+        {"ServerSideEncryption": "AES256"},
+        {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": "k" * 32},
+        {"Tagging": "team=etl"},
+        {"ObjectLockMode": "GOVERNANCE", "ObjectLockRetainUntilDate": datetime(2030, 1, 1, tzinfo=UTC)},
+    ], ids=["sse-s3", "sse-c", "tagging", "object-lock"])
+    def test_a_put_asking_for_what_lakegate_lacks_is_refused_not_dropped(
+            self, s3: Any, target: Target, bucket: str, asked: dict[str, Any]) -> None:
+        """Dropped, these headers would store the object unencrypted, untagged or unlocked (an
+        SSE-C one readable without its key): 501 NotImplemented, and nothing written. (RGW itself
+        answers by its own configuration: not compared.)"""
+        if not target.via_gateway:
+            return
+        with raises_s3_error(501, "NotImplemented"):
+            target.client(retries=False).put_object(Bucket=bucket, Key="k", Body=b"x", **asked)
+        assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
+
     def test_missing_key_errors(self, s3: Any, bucket: str) -> None:
         with raises_s3_error(404, "NoSuchKey"):
             s3.get_object(Bucket=bucket, Key="nope")

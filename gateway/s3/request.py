@@ -20,6 +20,19 @@ _UNSUPPORTED = frozenset(
     "policyStatus attributes versions".split()
 )
 
+# Request headers that ask for what lakegate does not implement, by prefix. Dropped, they would
+# change what the client asked for without a word (an object stored unencrypted, unlocked or
+# untagged, an SSE-C object readable without its key): refused, as the subresources are.
+_UNSUPPORTED_HEADERS = (
+    "x-amz-server-side-encryption",  # SSE-S3, SSE-KMS, SSE-C (-customer-*), and bucket keys
+    "x-amz-copy-source-server-side-encryption",  # SSE-C of a copy's source
+    "x-amz-object-lock-",  # mode, retain-until-date, legal-hold
+    "x-amz-tagging",  # and x-amz-tagging-directive
+)
+_UNSUPPORTED_HEADER_ADVICE = {
+    "x-amz-server-side-encryption": "; for encryption at rest, set the lake bucket's default encryption",
+}
+
 
 @dataclass
 class S3Request:
@@ -93,9 +106,23 @@ def operation(req: S3Request) -> str:
         raise MethodNotAllowed(resource="/")
     if _UNSUPPORTED & q.keys():
         raise Unimplemented(f"lakegate does not implement the {sorted(_UNSUPPORTED & q.keys())[0]} subresource")
+    _refuse_unsupported_headers(req.headers)
     if not req.key:
         return _bucket_operation(m, q)
     return _object_operation(m, q, "x-amz-copy-source" in req.headers)
+
+
+def _refuse_unsupported_headers(headers: Mapping[str, str]) -> None:
+    """501 NotImplemented for a header of ``_UNSUPPORTED_HEADERS`` (``x-amz-bucket-object-lock-
+    enabled: true`` too): S3's answer to "a header you provided implies functionality that is not
+    implemented", naming the header."""
+    for name in headers:
+        if name.startswith("x-amz-") and name.startswith(_UNSUPPORTED_HEADERS):
+            family = next(prefix for prefix in _UNSUPPORTED_HEADERS if name.startswith(prefix))
+            raise Unimplemented(f"lakegate does not implement {name}{_UNSUPPORTED_HEADER_ADVICE.get(family, '')}.",
+                                resource=name)
+    if headers.get("x-amz-bucket-object-lock-enabled", "").strip().lower() == "true":
+        raise Unimplemented("lakegate does not implement object lock.", resource="x-amz-bucket-object-lock-enabled")
 
 
 def _bucket_operation(m: str, q: dict[str, str]) -> str:

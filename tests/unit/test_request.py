@@ -75,6 +75,29 @@ def test_unsupported_subresource_is_not_implemented():
         from_scope(scope("GET", b"/b", b"acl"), SUFFIXES)
 
 
+@pytest.mark.parametrize(("method", "path", "header", "value"), [
+    ("PUT", b"/b/k", b"x-amz-server-side-encryption", b"AES256"),
+    ("PUT", b"/b/k", b"x-amz-server-side-encryption", b"aws:kms"),
+    ("PUT", b"/b/k", b"x-amz-server-side-encryption-aws-kms-key-id", b"key"),
+    ("GET", b"/b/k", b"x-amz-server-side-encryption-customer-key", b"a2V5"),  # SSE-C read
+    ("PUT", b"/b/k", b"x-amz-copy-source-server-side-encryption-customer-algorithm", b"AES256"),
+    ("PUT", b"/b/k", b"x-amz-object-lock-mode", b"COMPLIANCE"),
+    ("PUT", b"/b/k", b"x-amz-object-lock-legal-hold", b"ON"),
+    ("PUT", b"/b/k", b"x-amz-tagging", b"team=etl"),
+    ("PUT", b"/b", b"x-amz-bucket-object-lock-enabled", b"True"),
+])
+def test_a_header_asking_for_what_lakegate_lacks_is_not_implemented_not_dropped(method, path, header, value):
+    with pytest.raises(Unimplemented) as refused:
+        from_scope(scope(method, path, headers=[(header, value)]), SUFFIXES)
+    assert refused.value.resource == header.decode()
+
+
+def test_headers_near_the_refused_ones_pass():
+    for header, value in [(b"x-amz-bucket-object-lock-enabled", b"false"), (b"x-amz-storage-class", b"STANDARD"),
+                          (b"x-amz-acl", b"private"), (b"x-amz-meta-x-amz-tagging", b"a user's metadata")]:
+        assert from_scope(scope("PUT", b"/b/k", headers=[(header, value)]), SUFFIXES).operation == "PutObject"
+
+
 def test_post_to_service_not_allowed():
     with pytest.raises(MethodNotAllowed):
         from_scope(scope("POST", b"/"), SUFFIXES)
