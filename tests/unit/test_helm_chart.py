@@ -39,7 +39,7 @@ KUBERNETES = "1.30"  # the oldest version the chart supports (Chart.yaml's kubeV
 # Added to .env.example by the health-and-drain part of issue 16 (built at the same time as the
 # chart); once that part is merged they are in .env.example and this set can be emptied.
 # env entries the StatefulSet has only when an admin credential is configured (not by default)
-ADMIN_ONLY = {"LAKEGATE_ADMIN_ACCESS_KEY", "LAKEGATE_ADMIN_SECRET_KEY"}
+ADMIN_ONLY = {"LAKEGATE_ADMIN_ACCESS_KEY", "LAKEGATE_ADMIN_SECRET_KEY", "LAKEGATE_ADMIN_TOKEN_FILE", "LAKEGATE_METRICS_AUTH"}
 SETTING = re.compile(r"\bLAKEGATE_[A-Z0-9_]*[A-Z0-9]\b")
 
 
@@ -157,6 +157,9 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("podSecurityContext.runAsNonRoot", False),
         ("serviceMonitor.enabled", "yes"),
         ("lake.existingSecret", "Not_A_Secret_Name"),
+        ("admin.token", "too-short"),
+        ("metricsAuth", True),  # with no admin token for Prometheus to send
+        ("metricsAuth", "true"),
     ],
 )
 def test_values_schema_rejects_bad_values(path: str, value: Any) -> None:
@@ -171,6 +174,11 @@ def test_values_schema_accepts_a_configured_cluster() -> None:
     values["cluster"] = {"secret": "", "existingSecret": "my-lakegate-cluster"}
     values["config"]["LAKEGATE_FAIRNESS"] = "fq+pp"
     values["podDisruptionBudget"]["maxUnavailable"] = "34%"
+    jsonschema.Draft7Validator(_schema()).validate(values)
+    values["metricsAuth"] = True  # Prometheus then sends the admin token: one is needed
+    values["admin"]["token"] = "a-bearer-token-long-enough"
+    jsonschema.Draft7Validator(_schema()).validate(values)
+    values["admin"] = {"existingSecret": "my-admin", "existingSecretHasToken": True}
     jsonschema.Draft7Validator(_schema()).validate(values)
 
 
@@ -463,3 +471,27 @@ def test_chart_metadata_and_notes() -> None:
     notes = _templates()["NOTES.txt"]
     assert '"addressing_style": "path"' in notes and "--endpoint-url" in notes
     assert "fs.s3a.path.style.access=true" in notes
+
+
+def test_metrics_auth_has_prometheus_send_the_token_the_nodes_read() -> None:
+    """With metricsAuth (off by default, so not in the plain manifests): the ConfigMap turns on
+    LAKEGATE_METRICS_AUTH, or the render fails when there is no token; the nodes read the token
+    from the file the admin Secret's ``admin-token`` is mounted as; the ServiceMonitor sends the
+    same key of the same Secret. Read from the templates' text: no helm here."""
+    templates = _templates()
+    configmap, statefulset = templates["configmap.yaml"], templates["statefulset.yaml"]
+    monitor, secret = templates["servicemonitor.yaml"], templates["secret.yaml"]
+    guarded = re.search(r'\{\{- if \.Values\.metricsAuth \}\}\n(.*?)  LAKEGATE_METRICS_AUTH: "true"\n  \{\{- end \}\}',
+                        configmap, re.S)
+    assert guarded and '{{- fail "metricsAuth needs the admin token' in guarded.group(1)
+    assert "LAKEGATE_METRICS_AUTH" not in _by_kind("ConfigMap")["data"]
+    token_file = re.search(r"name: LAKEGATE_ADMIN_TOKEN_FILE\n\s+value: (\S+)", statefulset)
+    mount = re.search(r"- name: admin-token\n\s+mountPath: (\S+)", statefulset)
+    item = re.search(r"secretName: \{\{ include \"lakegate.adminSecretName\" \. \}\}\n\s+defaultMode: 0440\n"
+                     r"\s+items:\n\s+- key: admin-token\n\s+path: (\S+)", statefulset)
+    assert token_file and mount and item
+    assert token_file.group(1) == f"{mount.group(1)}/{item.group(1)}"
+    assert statefulset.count('{{- if include "lakegate.adminToken" . }}') == 3  # env, mount, volume
+    assert re.search(r"\{\{- if \.Values\.metricsAuth \}\}.*type: Bearer.*"
+                     r"name: \{\{ include \"lakegate.adminSecretName\" \. \}\}\n\s+key: admin-token", monitor, re.S)
+    assert "admin-token: {{ .Values.admin.token | quote }}" in secret

@@ -58,12 +58,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* Whether the chart's own Secret holds anything (else every credential is the user's). */}}
 {{- define "lakegate.ownSecret" -}}
-{{- if or (not .Values.lake.existingSecret) (not .Values.cluster.existingSecret) (not .Values.tenants.existingSecret) (and .Values.admin.secretKey (not .Values.admin.existingSecret)) }}true{{ end }}
+{{- if or (not .Values.lake.existingSecret) (not .Values.cluster.existingSecret) (not .Values.tenants.existingSecret) (and (or .Values.admin.secretKey .Values.admin.token) (not .Values.admin.existingSecret)) }}true{{ end }}
 {{- end }}
 
 {{/* The admin credential is configured (by values or a Secret of the user's). */}}
 {{- define "lakegate.admin" -}}
 {{- if or .Values.admin.existingSecret .Values.admin.secretKey }}true{{ end }}
+{{- end }}
+
+{{/* The admin bearer token is configured (by values or in the user's admin Secret). */}}
+{{- define "lakegate.adminToken" -}}
+{{- if or (and .Values.admin.token (not .Values.admin.existingSecret)) (and .Values.admin.existingSecret .Values.admin.existingSecretHasToken) }}true{{ end }}
 {{- end }}
 
 {{/* cluster.secret, else the one generated at install (kept across upgrades), else a new one. */}}
