@@ -283,6 +283,40 @@ def test_a_changed_object_cuts_the_stream_rather_than_mix_versions(lake: Countin
     run(main())
 
 
+class ReplacedAfterEachHead(CountingLake):
+    """A key rewritten right after every HEAD answers (writers as fast as the reader): the
+    ETag a HEAD gives is stale by the time its first block is fetched."""
+
+    def __init__(self, lake: Lake) -> None:
+        super().__init__(lake)
+        self.versions = 0
+        self.racing = False
+
+    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
+        info = await super().head_object(bucket, key)
+        if self.racing:
+            self.versions += 1
+            await put(self.lake, key, f"version {self.versions}".encode() * 100)
+        return info
+
+
+def test_a_key_replaced_faster_than_it_is_read_is_still_read_whole(lake: CountingLake) -> None:
+    async def main() -> None:
+        await put(lake.lake, "k", b"version 0" * 100)
+        racing = ReplacedAfterEachHead(lake.lake)
+        reads = _reads(racing)
+        assert (await read(reads, "k"))[1] == b"version 0" * 100  # read here before: HEADs from now on
+        await drain(reads)
+        racing.racing, racing.heads = True, []
+        reads.invalidate(B, "k")
+        await drain(reads)  # the old version's blocks dropped: none of them to serve
+        _, body = await read(reads, "k")
+        assert body == f"version {racing.versions}".encode() * 100  # one version whole, the lake's
+        assert racing.heads == ["k", "k"] and counts(reads)["bypass"] == 1  # two tries, then the lake
+
+    run(main())
+
+
 def test_an_object_deleted_behind_the_metadata_is_no_such_key(lake: CountingLake) -> None:
     async def main() -> None:
         await put(lake, "k", os.urandom(2 * BS))
