@@ -53,7 +53,7 @@ BASE_PORT = int(os.environ.get("CLUSTER_BASE_PORT", "0"))
 # two workers a node (one runs the flusher, both take writes), as on a 2-core machine by default
 ENV = {"LAKEGATE_ACCESS_LOG": "false", "LAKEGATE_WRITE_MODE": "write-back", "LAKEGATE_WORKERS": "2"}
 SOFT = DELTA = 2 * MiB
-RELAY_PORTS = itertools.count(150)  # offsets from CLUSTER_BASE_PORT (the nodes: +0.., +20..)
+RELAY_PORTS = itertools.count(150)  # offsets from CLUSTER_BASE_PORT (the nodes: +0.., +20.., +40..)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
@@ -260,5 +260,43 @@ def test_a_lake_down_buffers_up_to_t_plus_delta_then_slows_writers_down(
         objects["wb/after"], etags["wb/after"] = after, etag
         read_everywhere(cluster, [a, b, c], bucket, objects, etags)
         wait_until(lambda: lake.holds(bucket, "wb/after", after), 60, "the new write in the lake", interval=0.3)
+    finally:
+        cluster.down()
+
+
+def test_a_conditional_write_waits_for_the_write_back_version_to_reach_the_lake(
+    lake_and_bucket: tuple[Lake, str], tmp_path: Path
+) -> None:
+    """A conditional write is decided by the lake, so while a version of its key acknowledged in
+    write-back is on its way there (the lake unreachable here), every node answers it 409
+    ConditionalRequestConflict, whichever worker takes it; once the version has landed, the
+    retry is decided against it, written through."""
+    lake, bucket = lake_and_bucket
+    cluster = nodes(lake, tmp_path, {"LAKEGATE_WRITE_FLUSH_RETRY": "0.5"}, port(40))
+    try:
+        cluster.up()
+        a = cluster.node_ids[0]
+        lake.down()
+        etag = cluster.client(a, retries=False).put_object(Bucket=bucket, Key="wb/log", Body=b"commit 1")["ETag"]
+        for node in cluster.node_ids:
+            for _ in range(2):  # connections of their own: both workers of the node, likely
+                with pytest.raises(ClientError) as conflict:
+                    cluster.client(node, retries=False).put_object(Bucket=bucket, Key="wb/log", Body=b"commit 2",
+                                                                   IfMatch=etag)
+                assert (conflict.value.response["ResponseMetadata"]["HTTPStatusCode"],
+                        conflict.value.response["Error"]["Code"]) == (409, "ConditionalRequestConflict")
+        lake.up()
+        wait_until(lambda: lake.holds(bucket, "wb/log", b"commit 1"), 60, "the write-back version in the lake")
+        wait_until(lambda: all(replication(cluster, n)["pending_objects"] == 0 for n in cluster.node_ids), 30,
+                   "no node holding it pending")
+        other = cluster.client(cluster.node_ids[2], retries=False)
+        with pytest.raises(ClientError) as refused:
+            other.put_object(Bucket=bucket, Key="wb/log", Body=b"commit 2", IfNoneMatch="*")
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+        swapped = other.put_object(Bucket=bucket, Key="wb/log", Body=b"commit 2", IfMatch=etag)
+        assert swapped["ResponseMetadata"]["HTTPHeaders"]["x-lakegate-write-mode"] == "write-through"
+        assert lake.holds(bucket, "wb/log", b"commit 2")  # in the lake when answered
+        for node in cluster.node_ids:
+            assert cluster.client(node).get_object(Bucket=bucket, Key="wb/log")["Body"].read() == b"commit 2"
     finally:
         cluster.down()
