@@ -23,6 +23,7 @@ from harness.gateway import Gateway
 
 WRITERS = 6
 INCREMENTS = 4  # each writer's
+ATTEMPTS = 500  # a writer's bound for one increment: some writer wins each round, so never reached
 ENV = {"LAKEGATE_ACCESS_LOG": "false", "LAKEGATE_WORKERS": "2"}
 
 
@@ -74,7 +75,7 @@ def test_racing_creates_have_one_winner_and_compare_and_swap_loses_no_increment(
             conflicts = 0
             try:
                 for _ in range(INCREMENTS):
-                    while True:
+                    for _ in range(ATTEMPTS):
                         got = client.get_object(Bucket=bucket, Key="counter")
                         value = int(got["Body"].read())
                         try:
@@ -84,6 +85,8 @@ def test_racing_creates_have_one_winner_and_compare_and_swap_loses_no_increment(
                         except ClientError as error:
                             assert lost(error, node), error.response
                             conflicts += 1
+                    else:
+                        raise AssertionError(f"no swap in {ATTEMPTS} attempts")
                 return conflicts
             finally:
                 client.close()
