@@ -15,8 +15,8 @@ back to write-through; every write-through write of a key first supersedes the k
 write-back versions, so none of them reaches the lake after it. Reads see pending versions
 through the lake this cache reads (``cachetier.write.pending``).
 
-A conditional write (``If-None-Match: *``, ``If-Match``) is always written through: only the
-lake can decide it atomically with the write. Should a version of the key acknowledged in
+A conditional write (``If-None-Match: *``, ``If-Match``; a DeleteObject's ``If-Match`` too) is
+always written through: only the lake can decide it atomically with the write. Should a version of the key acknowledged in
 write-back still be on its way there, the lake would decide against an object the client no
 longer sees, so the write is answered 409 ConditionalRequestConflict (retried by clients, decided
 once the flusher has landed the version). A version acknowledged on another node reaches this
@@ -209,15 +209,17 @@ class CachedLake:
         finally:
             await stream.aclose()
 
-    async def delete_object(self, bucket: str, key: str) -> None:
+    async def delete_object(self, bucket: str, key: str, conditions: Conditions = NO_CONDITIONS) -> None:
         context = current.get()
         if self.writeback is not None:
-            if context.write.back and await self.writeback.delete(bucket, key, context.write, context.tenant):
+            if conditions.for_write:
+                await self._nothing_pending(bucket, key)  # then done through: the lake decides
+            elif context.write.back and await self.writeback.delete(bucket, key, context.write, context.tenant):
                 self.reads.invalidate(bucket, key)
                 return
             await self.writeback.supersede(bucket, key)
         try:
-            await self.lake.delete_object(bucket, key)
+            await self.lake.delete_object(bucket, key, conditions)
         finally:
             await self._written(bucket, [key])
 

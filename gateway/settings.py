@@ -21,6 +21,7 @@ import dataclasses
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import ByteSize, Field, SecretStr, ValidationError, field_validator
@@ -165,7 +166,7 @@ class Environment(BaseSettings):
     lake_connect_timeout: float = Field(S3LakeConfig.connect_timeout, gt=0)
     lake_retries: int = Field(S3LakeConfig.retries, ge=0, le=10)
     lake_max_connections: int = Field(S3LakeConfig.max_connections, ge=1)
-    lake_conditional_complete: bool = S3LakeConfig.conditional_complete  # the lake decides them
+    lake_conditional_writes: Literal["put", "all"] = "put"  # which conditional writes the lake decides
     tenants_file: Path = Path("deploy/tenants.example.toml")
     cache_dir: Path = Path("var/cache")
     cache: bool = True
@@ -592,7 +593,7 @@ def _lake(env: Environment) -> LakeSettings:
         retries=env.lake_retries,
         max_connections=env.lake_max_connections,
         endpoints=endpoints,
-        conditional_complete=env.lake_conditional_complete,
+        conditional_writes=env.lake_conditional_writes,
     )
     return LakeSettings(env.lake, s3=s3)
 

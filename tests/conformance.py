@@ -386,10 +386,34 @@ class ConformanceSuite:
                 s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "k"}, IfNoneMatch="*")
             assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"third"
 
+    def test_conditional_delete_keeps_an_object_that_changed(self, s3: Any, target: Target, bucket: str) -> None:
+        """DeleteObject with If-Match: another ETag is 412 and the object stays; no object is 204.
+        RGW 16 deletes ignoring the condition; lakegate over RGW therefore refuses it (501,
+        unless LAKEGATE_LAKE_CONDITIONAL_WRITES=all) rather than delete what it should keep."""
+        first = s3.put_object(Bucket=bucket, Key="k", Body=b"first")["ETag"]
+        current = s3.put_object(Bucket=bucket, Key="k", Body=b"second")["ETag"]
+        if target.lake == "rgw" and not target.via_gateway:  # RGW 16: deleted, the condition ignored
+            assert status_of(s3.delete_object(Bucket=bucket, Key="k", IfMatch=first.strip('"'))) == 204
+            with raises_s3_error(404, "404"):
+                s3.head_object(Bucket=bucket, Key="k")
+            return
+        if target.lake == "rgw":
+            with raises_s3_error(501, "NotImplemented"):
+                s3.delete_object(Bucket=bucket, Key="k", IfMatch=current)
+            assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"second"
+            return
+        with raises_s3_error(412, "PreconditionFailed"):
+            s3.delete_object(Bucket=bucket, Key="k", IfMatch=first)
+        assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"second"
+        assert status_of(s3.delete_object(Bucket=bucket, Key="k", IfMatch=current)) == 204
+        with raises_s3_error(404, "404"):
+            s3.head_object(Bucket=bucket, Key="k")
+        assert status_of(s3.delete_object(Bucket=bucket, Key="k", IfMatch=first)) == 204  # nothing to keep
+
     def test_conditional_complete_multipart_upload(self, s3: Any, target: Target, bucket: str) -> None:
         """CompleteMultipartUpload with If-None-Match: * on a key that exists: 412 and the upload
         stays. RGW 16 completes it, ignoring the condition; lakegate over RGW therefore refuses
-        it (501, unless LAKEGATE_LAKE_CONDITIONAL_COMPLETE) rather than overwrite the object, and
+        it (501, unless LAKEGATE_LAKE_CONDITIONAL_WRITES=all) rather than overwrite the object, and
         so it does for an upload made in write-back (wb-dir: its object would be acknowledged
         before the lake could decide)."""
         s3.put_object(Bucket=bucket, Key="k", Body=b"there already")

@@ -70,6 +70,14 @@ class Conditions:
             if "*" not in wanted and etag.strip('"') not in wanted:
                 raise PreconditionFailed()
 
+    def check_delete(self, etag: str | None) -> None:
+        """A conditional DeleteObject (``If-Match``) against the object's current ETag (None:
+        there is none): another ETag fails (412); no object is a success, as S3 answers it."""
+        if self.if_match is not None and etag is not None:
+            wanted = _etags(self.if_match)
+            if "*" not in wanted and etag.strip('"') not in wanted:
+                raise PreconditionFailed()
+
     @property
     def for_write(self) -> bool:
         """Whether a write has a condition to meet (If-Match or If-None-Match)."""

@@ -272,9 +272,12 @@ class MemoryLake:
         target.store(key, copy)
         return WriteResult(copy.etag, _utc(copy.last_modified), _checksums(copy.headers))
 
-    async def delete_object(self, bucket: str, key: str) -> None:
+    async def delete_object(self, bucket: str, key: str, conditions: Conditions = NO_CONDITIONS) -> None:
         found = self._bucket(bucket)
         check_key(key)
+        if conditions.for_write:
+            current = found.objects.get(key)
+            conditions.check_delete(None if current is None else current.etag)
         found.remove(key)
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[DeleteOutcome]:

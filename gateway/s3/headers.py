@@ -71,6 +71,17 @@ def conditions(headers: Mapping[str, str], prefix: str = "") -> Conditions:
     )
 
 
+def delete_conditions(headers: Mapping[str, str]) -> Conditions:
+    """A conditional DeleteObject's ``If-Match``. Its size and time twins
+    (``x-amz-if-match-size``, ``x-amz-if-match-last-modified-time``) are not built: 501, never
+    ignored (ignored, the delete would take an object the client meant to keep)."""
+    for name in ("x-amz-if-match-size", "x-amz-if-match-last-modified-time"):
+        if name in headers:
+            raise Unimplemented(f"DeleteObject with {name} is not implemented.", resource=name)
+    if_match = headers.get("if-match")
+    return NO_CONDITIONS if if_match is None else Conditions(if_match=if_match)
+
+
 def write_conditions(headers: Mapping[str, str]) -> Conditions:
     """The conditions of a conditional write (PutObject, CompleteMultipartUpload): ``If-Match``
     (an ETag, a list of them, or ``*``) and ``If-None-Match``, of which S3 takes ``*`` only (any

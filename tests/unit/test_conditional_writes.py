@@ -16,7 +16,7 @@ from cachetier.lake import ListQuery, ObjectAttributes
 from cachetier.lake.conditions import NO_CONDITIONS, Conditions
 from cachetier.lake.dirlake import DirLake
 from cachetier.lake.memory import MemoryLake
-from gateway.s3.headers import write_conditions
+from gateway.s3.headers import delete_conditions, write_conditions
 
 B = "bucket"
 CREATE = Conditions(if_none_match="*")
@@ -45,6 +45,22 @@ def test_a_write_condition_is_decided_as_s3_decides_it(
             conditions.check_write(current)
 
 
+@pytest.mark.parametrize(("if_match", "current", "raised"), [
+    (ETAG, ETAG, None),
+    ('"other"', ETAG, PreconditionFailed),
+    ('"other"', None, None),  # S3: no object, nothing to keep: 204
+    ("*", ETAG, None),
+])
+def test_a_delete_condition_is_decided_as_s3_decides_it(if_match: str, current: str | None,
+                                                        raised: type[Exception] | None) -> None:
+    conditions = Conditions(if_match=if_match)
+    if raised is None:
+        conditions.check_delete(current)
+    else:
+        with pytest.raises(raised):
+            conditions.check_delete(current)
+
+
 def test_a_writes_headers_read_as_s3_reads_them() -> None:
     assert write_conditions({}) is NO_CONDITIONS
     assert not write_conditions({"if-modified-since": "Wed, 21 Oct 2015 07:28:00 GMT"}).for_write  # ignored
@@ -54,6 +70,11 @@ def test_a_writes_headers_read_as_s3_reads_them() -> None:
     with pytest.raises(Unimplemented) as refused:  # S3 takes * only on a write
         write_conditions({"if-none-match": ETAG})
     assert (refused.value.status, refused.value.code) == (501, "NotImplemented")
+    assert delete_conditions({}) is NO_CONDITIONS
+    assert delete_conditions({"if-match": ETAG}) == Conditions(if_match=ETAG)
+    for name in ("x-amz-if-match-size", "x-amz-if-match-last-modified-time"):  # not built: never ignored
+        with pytest.raises(Unimplemented):
+            delete_conditions({name: "5"})
 
 
 async def _body(data: bytes) -> AsyncIterator[bytes]:
@@ -97,6 +118,24 @@ def test_a_conditional_put_leaves_the_object_as_it_was_when_its_condition_fails(
         assert await _put(lake, "k", b"third", Conditions(if_match=first)) == _etag(b"third")  # compare and swap
         assert await _read(lake, "k") == b"third"
         assert [e.key for e in (await lake.list_objects(B, ListQuery(v2=True))).entries] == ["k"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", [0, 1], ids=["memory", "dir"])
+def test_a_conditional_delete_keeps_an_object_that_changed(tmp_path: Path, kind: int) -> None:
+    lake = _lakes(tmp_path)[kind]
+
+    async def main() -> None:
+        first = await _put(lake, "k", b"first")
+        await _put(lake, "k", b"second")
+        with pytest.raises(PreconditionFailed):
+            await lake.delete_object(B, "k", conditions=Conditions(if_match=first))
+        assert await _read(lake, "k") == b"second"
+        await lake.delete_object(B, "k", conditions=Conditions(if_match=_etag(b"second")))
+        with pytest.raises(NoSuchKey):
+            await _read(lake, "k")
+        await lake.delete_object(B, "k", conditions=Conditions(if_match=first))  # nothing there: done
 
     asyncio.run(main())
 

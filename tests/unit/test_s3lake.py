@@ -750,11 +750,16 @@ def test_a_conditional_write_sends_its_condition_signed_and_the_lakes_412_is_the
         await lake.put_object("bkt", "k", chunks(b"x"), 1, ObjectAttributes(), conditions=Conditions(if_match='"a", "b"'))
         with pytest.raises(errors.Unimplemented):
             await lake.complete_multipart_upload("bkt", "k", "u", [(1, '"e"')], conditions=Conditions(if_none_match="*"))
+        with pytest.raises(errors.Unimplemented):
+            await lake.delete_object("bkt", "k", conditions=Conditions(if_match=ETAG))
 
     run(using(make_lake(handler), check))
     assert seen == [("PUT", None, "*"), ("PUT", ETAG.strip('"'), None), ("PUT", '"a", "b"', None)]
     seen.clear()
-    trusting = make_lake(handler, conditional_complete=True)
+    trusting = make_lake(handler, conditional_writes="all")
     result = run(using(trusting, lambda lake: lake.complete_multipart_upload(
         "bkt", "k", "u", [(1, '"e"')], conditions=Conditions(if_match=ETAG))))
     assert result.etag == '"abc-1"' and seen == [("POST", ETAG.strip('"'), None)]
+    run(using(make_lake(handler, conditional_writes="all"),
+              lambda lake: lake.delete_object("bkt", "k", conditions=Conditions(if_match=ETAG))))
+    assert seen[-1] == ("DELETE", ETAG.strip('"'), None)

@@ -653,6 +653,8 @@ def test_a_conditional_write_is_decided_by_the_lake_never_against_a_pending_vers
                 await conditional(node, "k", b"other", create)
             with pytest.raises(ConditionalRequestConflict):
                 await conditional(node, "k", b"other", Conditions(if_match=etag))
+            with pytest.raises(ConditionalRequestConflict):
+                await node.cache.delete_object(B, "k", conditions=Conditions(if_match=etag))
         assert await in_lake(lake, "k") is None  # nothing written, the pending version kept
         await flush_all(nodes)
         with pytest.raises(PreconditionFailed):

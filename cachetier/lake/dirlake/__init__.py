@@ -410,15 +410,15 @@ class DirLake(_MultipartUploads):
         await self._io(self._commit, idx, staged.path, copy)
         return WriteResult(copy.etag, _utc(copy.last_modified), _checksums(copy.headers))
 
-    async def delete_object(self, bucket: str, key: str) -> None:
+    async def delete_object(self, bucket: str, key: str, conditions: Conditions = NO_CONDITIONS) -> None:
         idx = await self._index(bucket)
         check_key(key)
-        await self._io(self._delete_keys, idx, [key])
+        await self._io(self._delete_keys, idx, [key], conditions.check_delete if conditions.for_write else None)
 
-    def _delete_keys(self, idx: _BucketIndex, keys: list[str]) -> None:
+    def _delete_keys(self, idx: _BucketIndex, keys: list[str], admit: Callable[[str | None], None] | None = None) -> None:
         # The row delete is the commit point; a crash before the unlink leaves an unnamed file.
         with idx.use() as db:
-            for name in _delete(db, keys):
+            for name in _delete(db, keys, admit):
                 _discard(idx.data_path(name))
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[DeleteOutcome]:

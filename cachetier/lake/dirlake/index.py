@@ -163,13 +163,17 @@ def _put(db: sqlite3.Connection, record: _Record, admit: Callable[[str | None], 
     return None if old is None else str(old[0])
 
 
-def _delete(db: sqlite3.Connection, keys: list[str]) -> list[str]:
-    """Delete rows in one transaction; returns the data files they named."""
+def _delete(db: sqlite3.Connection, keys: list[str], admit: Callable[[str | None], None] | None = None) -> list[str]:
+    """Delete rows in one transaction; returns the data files they named. ``admit``, a
+    conditional delete's check, sees each row's ETag (None: no row) inside the transaction and
+    may raise to leave every row as it was."""
     db.execute("BEGIN IMMEDIATE")
     try:
         files = []
         for key in keys:  # no DELETE ... RETURNING: it needs sqlite 3.35
-            row = db.execute("SELECT file FROM objects WHERE key = ?", (key,)).fetchone()
+            row = db.execute("SELECT file, etag FROM objects WHERE key = ?", (key,)).fetchone()
+            if admit is not None:
+                admit(None if row is None else str(row[1]))
             if row is not None:
                 db.execute("DELETE FROM objects WHERE key = ?", (key,))
                 files.append(str(row[0]))

@@ -125,7 +125,7 @@ class S3Lake:
         self._retries = config.retries
         self._timeouts = config.timeouts.as_dict()
         self._urls = config.endpoints
-        self._conditional_complete = config.conditional_complete
+        self._decides_all = config.conditional_writes == "all"
         self._endpoints = {url: self._endpoint(url, config, transport) for url in config.endpoints}
         self.chooser: EndpointChooser = chooser if chooser is not None else RoundRobin()
 
@@ -255,8 +255,16 @@ class S3Lake:
             headers["x-amz-metadata-directive"] = "REPLACE"
         return await self._copy(bucket, key, {}, headers, "NoSuchKey")
 
-    async def delete_object(self, bucket: str, key: str) -> None:
-        await self._request("DELETE", bucket, key)
+    async def delete_object(self, bucket: str, key: str, conditions: Conditions = NO_CONDITIONS) -> None:
+        self._decides("DeleteObject", conditions)
+        await self._request("DELETE", bucket, key, headers=write_condition_headers(conditions))
+
+    def _decides(self, operation: str, conditions: Conditions) -> None:
+        """501 for a conditional ``operation`` the lake is not known to decide (it would do it
+        ignoring the condition, as Ceph RGW 16.2 does all but PutObject's)."""
+        if conditions.for_write and not self._decides_all:
+            raise Unimplemented(f"This lake does not decide a conditional {operation} "
+                                "(LAKEGATE_LAKE_CONDITIONAL_WRITES=all says it does).")
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[DeleteOutcome]:
         body = xmlshapes.delete_request(keys)
@@ -356,9 +364,7 @@ class S3Lake:
         self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]],
         conditions: Conditions = NO_CONDITIONS,
     ) -> WriteResult:
-        if conditions.for_write and not self._conditional_complete:
-            raise Unimplemented("This lake does not decide a conditional CompleteMultipartUpload "
-                                "(LAKEGATE_LAKE_CONDITIONAL_COMPLETE).")
+        self._decides("CompleteMultipartUpload", conditions)
         body = xmlshapes.complete_request(parts)
         response = await self._request(
             "POST", bucket, key, query={"uploadId": upload_id}, content=body, not_found="NoSuchUpload",

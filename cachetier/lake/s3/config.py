@@ -8,6 +8,9 @@ import dataclasses
 import httpx2
 
 
+CONDITIONAL_WRITES = ("put", "all")
+
+
 @dataclasses.dataclass(frozen=True)
 class S3LakeConfig:
     """``endpoint`` is the lake's first endpoint (kept for the callers that name one);
@@ -23,11 +26,14 @@ class S3LakeConfig:
     retries: int = 3  # of idempotent requests, on connection errors and 5xx
     max_connections: int = 64  # per endpoint
     endpoints: tuple[str, ...] = ()
-    # the lake decides a conditional CompleteMultipartUpload (AWS S3, MinIO). Off: lakegate
-    # answers one 501 NotImplemented, for Ceph RGW 16.2 completes it ignoring the condition
-    conditional_complete: bool = False
+    # which conditional writes the lake decides: "put", PutObject's (Ceph RGW 16.2, and every S3
+    # that has them): lakegate answers a conditional CompleteMultipartUpload or DeleteObject 501
+    # NotImplemented, for RGW 16.2 does them ignoring the condition; "all" (AWS S3, MinIO): those too
+    conditional_writes: str = "put"
 
     def __post_init__(self) -> None:
+        if self.conditional_writes not in CONDITIONAL_WRITES:
+            raise ValueError(f"conditional_writes must be one of {', '.join(CONDITIONAL_WRITES)}")
         if not self.endpoints:
             object.__setattr__(self, "endpoints", (self.endpoint,))
         elif self.endpoints[0] != self.endpoint:

@@ -17,7 +17,7 @@ from gateway.s3 import xml
 from gateway.s3.handlers.common import (
     Call, attributes, check_key, check_overrides, copy_source, int_arg, object_headers,
 )
-from gateway.s3.headers import byte_range, conditions, write_conditions
+from gateway.s3.headers import byte_range, conditions, delete_conditions, write_conditions
 from gateway.s3.response import Response
 
 # A part's place is looked up, then its bytes read: an overwrite in between is read again.
@@ -129,5 +129,5 @@ async def copy_object(call: Call) -> Response:
 
 
 async def delete_object(call: Call) -> Response:
-    await call.lake.delete_object(call.bucket, call.key)
+    await call.lake.delete_object(call.bucket, call.key, conditions=delete_conditions(call.req.headers))
     return Response(status=204)
