@@ -456,6 +456,22 @@ class ConformanceSuite:
             target.client(retries=False).put_object(Bucket=bucket, Key="k", Body=b"x", **asked)
         assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
 
+    def test_a_version_or_a_batch_delete_condition_is_refused_not_dropped(
+            self, s3: Any, target: Target, bucket: str) -> None:
+        """A versionId (lakegate has no versions) or a DeleteObjects entry with an ETag would
+        otherwise read or delete the current object: 501, and the object stays. (RGW itself has
+        versions: not compared.)"""
+        if not target.via_gateway:
+            return
+        s3.put_object(Bucket=bucket, Key="k", Body=b"kept")
+        with raises_s3_error(501, "NotImplemented"):
+            s3.get_object(Bucket=bucket, Key="k", VersionId="3sL4kqtJlcpXroDTDmJ")
+        with raises_s3_error(501, "NotImplemented"):
+            s3.delete_object(Bucket=bucket, Key="k", VersionId="3sL4kqtJlcpXroDTDmJ")
+        with raises_s3_error(501, "NotImplemented"):
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "k", "ETag": md5_etag(b"other")}]})
+        assert s3.get_object(Bucket=bucket, Key="k", VersionId="null")["Body"].read() == b"kept"
+
     def test_missing_key_errors(self, s3: Any, bucket: str) -> None:
         with raises_s3_error(404, "NoSuchKey"):
             s3.get_object(Bucket=bucket, Key="nope")

@@ -20,6 +20,7 @@ from xml.etree.ElementTree import Element, ParseError
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
+from cachetier.errors import Unimplemented
 from cachetier.lake import BucketInfo, DeleteOutcome, ListEntry, PartInfo, UploadInfo
 
 NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
@@ -233,14 +234,22 @@ def delete_request(keys: list[str], quiet: bool = False) -> bytes:
     return document("Delete", [element("Quiet", boolean(quiet)), *objects])
 
 
+_DELETE_CONDITIONS = ("ETag", "LastModifiedTime", "Size")
+
+
 def read_delete_request(body: bytes) -> tuple[list[str], bool]:
-    """(keys, quiet) of a multi-object ``<Delete>``: 1 to 1000 keys."""
+    """(keys, quiet) of a multi-object ``<Delete>``: 1 to 1000 keys. An object named with a
+    version or a condition (``VersionId`` other than ``null``, ``ETag``, ``LastModifiedTime``,
+    ``Size``) is not built: 501, never deleted as if it were named by its key alone."""
     root = parse_root(body, "Delete")
     keys = []
     for obj in root.findall("Object"):
         key = obj.findtext("Key")
         if key is None:
             raise ShapeError("an <Object> without a <Key>")
+        version = obj.findtext("VersionId")
+        if (version is not None and version != "null") or any(obj.find(n) is not None for n in _DELETE_CONDITIONS):
+            raise Unimplemented("DeleteObjects of a version, or with a condition, is not implemented.")
         keys.append(key)
     if not keys or len(keys) > 1000:
         raise ShapeError(f"{len(keys)} keys to delete, where S3 takes 1 to 1000")

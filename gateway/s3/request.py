@@ -107,6 +107,8 @@ def operation(req: S3Request) -> str:
     if _UNSUPPORTED & q.keys():
         raise Unimplemented(f"lakegate does not implement the {sorted(_UNSUPPORTED & q.keys())[0]} subresource")
     _refuse_unsupported_headers(req.headers)
+    if q.get("versionId", "null") != "null":  # "null" names the one version an unversioned key has
+        raise Unimplemented("lakegate does not implement object versions (versionId).", resource="versionId")
     if not req.key:
         return _bucket_operation(m, q)
     return _object_operation(m, q, "x-amz-copy-source" in req.headers)

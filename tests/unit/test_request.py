@@ -92,6 +92,14 @@ def test_a_header_asking_for_what_lakegate_lacks_is_not_implemented_not_dropped(
     assert refused.value.resource == header.decode()
 
 
+def test_a_version_id_is_not_implemented_but_the_null_version_is_the_object() -> None:
+    with pytest.raises(Unimplemented):
+        from_scope(scope("GET", b"/b/k", b"versionId=3sL4kqtJlcpXroDTDmJ"), SUFFIXES)
+    with pytest.raises(Unimplemented):
+        from_scope(scope("DELETE", b"/b/k", b"versionId=3sL4kqtJlcpXroDTDmJ"), SUFFIXES)
+    assert from_scope(scope("GET", b"/b/k", b"versionId=null"), SUFFIXES).operation == "GetObject"
+
+
 def test_headers_near_the_refused_ones_pass():
     for header, value in [(b"x-amz-bucket-object-lock-enabled", b"false"), (b"x-amz-storage-class", b"STANDARD"),
                           (b"x-amz-acl", b"private"), (b"x-amz-meta-x-amz-tagging", b"a user's metadata")]:

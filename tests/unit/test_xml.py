@@ -7,7 +7,7 @@ import pytest
 from defusedxml import ElementTree as ET
 
 from cachetier.errors import NoSuchKey
-from cachetier.errors import InvalidRange, MalformedXML, NotModified
+from cachetier.errors import InvalidRange, MalformedXML, NotModified, Unimplemented
 from cachetier.lake import (
     DeleteOutcome, ListEntry, ListPage, ListQuery, PartInfo, PartsPage, UploadInfo, UploadsPage, UploadsQuery,
 )
@@ -70,6 +70,17 @@ def test_parse_complete():
 def test_malformed_complete(body):
     with pytest.raises(MalformedXML):
         xml.parse_complete_multipart(body)
+
+
+@pytest.mark.parametrize("named", [
+    "<VersionId>3sL4kqtJlcpXroDTDmJ</VersionId>", "<ETag>\"abc\"</ETag>", "<Size>5</Size>",
+    "<LastModifiedTime>2026-01-01T00:00:00Z</LastModifiedTime>",
+])
+def test_a_delete_of_a_version_or_with_a_condition_is_not_implemented_not_a_plain_delete(named: str) -> None:
+    body = f'<Delete xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Object><Key>a</Key>{named}</Object></Delete>'
+    with pytest.raises(Unimplemented):
+        xml.parse_delete(body.encode())
+    assert xml.parse_delete(b"<Delete><Object><Key>a</Key><VersionId>null</VersionId></Object></Delete>") == (["a"], False)
 
 
 def test_parse_delete():
