@@ -14,6 +14,12 @@ def _etags(header: str) -> list[str]:
     return [t.strip().strip('"') for t in header.split(",") if t.strip()]
 
 
+def _matches(header: str, etag: str) -> bool:
+    """Whether an If-Match / If-None-Match value (ETags, quoted or not, or ``*``) names ``etag``."""
+    wanted = _etags(header)
+    return "*" in wanted or etag.strip('"') in wanted
+
+
 @dataclass(frozen=True)
 class Conditions:
     if_match: str | None = None
@@ -36,17 +42,14 @@ class Conditions:
         if (self.if_match is None and self.if_none_match is None
                 and self.if_modified_since is None and self.if_unmodified_since is None):
             return  # most reads carry no condition: nothing to strip or compare
-        tag = etag.strip('"')
         lm = last_modified.replace(microsecond=0)
         if self.if_match is not None:
-            wanted = _etags(self.if_match)
-            if "*" not in wanted and tag not in wanted:
+            if not _matches(self.if_match, etag):
                 raise PreconditionFailed()
         elif self.if_unmodified_since is not None and lm > self.if_unmodified_since:
             raise PreconditionFailed()
         if self.if_none_match is not None:
-            wanted = _etags(self.if_none_match)
-            if "*" in wanted or tag in wanted:
+            if _matches(self.if_none_match, etag):
                 if for_read:
                     raise NotModified(etag=etag)
                 raise PreconditionFailed()
@@ -66,17 +69,14 @@ class Conditions:
         if self.if_match is not None:
             if etag is None:
                 raise NoSuchKey()
-            wanted = _etags(self.if_match)
-            if "*" not in wanted and etag.strip('"') not in wanted:
+            if not _matches(self.if_match, etag):
                 raise PreconditionFailed()
 
     def check_delete(self, etag: str | None) -> None:
         """A conditional DeleteObject (``If-Match``) against the object's current ETag (None:
         there is none): another ETag fails (412); no object is a success, as S3 answers it."""
-        if self.if_match is not None and etag is not None:
-            wanted = _etags(self.if_match)
-            if "*" not in wanted and etag.strip('"') not in wanted:
-                raise PreconditionFailed()
+        if self.if_match is not None and etag is not None and not _matches(self.if_match, etag):
+            raise PreconditionFailed()
 
     @property
     def for_write(self) -> bool:
