@@ -21,7 +21,6 @@ import dataclasses
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import ByteSize, Field, SecretStr, ValidationError, field_validator
@@ -31,7 +30,7 @@ from cachetier.blocks.store import DEFAULT_EVICTION, EVICTION_POLICIES
 from cachetier.cachedlake import CacheOnWrite
 from cachetier.cluster.config import MembershipConfig
 from cachetier.cluster.membership import parse_peers
-from cachetier.lake.s3.config import S3LakeConfig
+from cachetier.lake.s3.config import ConditionalWrites, S3LakeConfig
 from cachetier.read.config import ReadConfig
 from cachetier.write.writeback import WriteBackConfig
 from gateway.admin import AdminConfig
@@ -166,7 +165,7 @@ class Environment(BaseSettings):
     lake_connect_timeout: float = Field(S3LakeConfig.connect_timeout, gt=0)
     lake_retries: int = Field(S3LakeConfig.retries, ge=0, le=10)
     lake_max_connections: int = Field(S3LakeConfig.max_connections, ge=1)
-    lake_conditional_writes: Literal["put", "all"] = "put"  # which conditional writes the lake decides
+    lake_conditional_writes: ConditionalWrites = S3LakeConfig.conditional_writes  # which ones the lake decides
     tenants_file: Path = Path("deploy/tenants.example.toml")
     cache_dir: Path = Path("var/cache")
     cache: bool = True

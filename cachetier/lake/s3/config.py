@@ -4,11 +4,12 @@ its defaults live (the gateway's settings take theirs from here)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal, get_args
 
 import httpx2
 
-
-CONDITIONAL_WRITES = ("put", "all")
+ConditionalWrites = Literal["put", "all"]
+CONDITIONAL_WRITES: tuple[str, ...] = get_args(ConditionalWrites)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +30,7 @@ class S3LakeConfig:
     # which conditional writes the lake decides: "put", PutObject's (Ceph RGW 16.2, and every S3
     # that has them): lakegate answers a conditional CompleteMultipartUpload or DeleteObject 501
     # NotImplemented, for RGW 16.2 does them ignoring the condition; "all" (AWS S3, MinIO): those too
-    conditional_writes: str = "put"
+    conditional_writes: ConditionalWrites = "put"
 
     def __post_init__(self) -> None:
         if self.conditional_writes not in CONDITIONAL_WRITES:
