@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -118,7 +119,9 @@ class LakegateApp:
         async def cluster() -> dict[str, object]:
             if self.node.cluster is None:
                 raise HTTPException(404, "this node is not in a cluster")
-            return self.node.cluster.snapshot()
+            # each worker keeps its own view (gateway.workers): say which one answered, of how many
+            workers = self.settings.server.workers if self.node.board is not None else 1  # in-process: one
+            return {**self.node.cluster.snapshot(), "worker_pid": os.getpid(), "workers": workers}
 
         @api.get("/_lakegate/admin/tenants")
         async def tenants() -> dict[str, object]:

@@ -141,15 +141,26 @@ class LocalCluster:
             raise RuntimeError(f"no {STATE_FILE} in {self.dir}")
 
     def _wait_for_members(self, timeout: float = 30.0) -> None:
-        """Until every node has heard from all the others (heartbeats) and they agree on the ring."""
+        """Until every worker of every node has heard from all the other nodes (heartbeats) and
+        they agree on the ring. Each worker keeps its own view (a node's workers heartbeat on their
+        own), so one answer per node is not enough: right after a start one worker may still miss
+        a node the other has heard. Each request is a connection of its own, which the kernel
+        hands to any worker (SO_REUSEPORT), so polling reaches them all."""
         deadline = time.monotonic() + timeout
+        joined: dict[str, dict[int, int]] = {node: {} for node in self.urls}  # node -> worker pid -> ring version
         while True:
-            views = [self._get(url, "/_lakegate/admin/cluster") for url in self.urls.values()]
-            if all(len(v["live"]) == self.nodes for v in views) and len({v["ring_version"] for v in views}) == 1:
+            views = {node: self._get(url, "/_lakegate/admin/cluster") for node, url in self.urls.items()}
+            for node, view in views.items():
+                if len(view["live"]) == self.nodes:
+                    joined[node][view["worker_pid"]] = view["ring_version"]
+                else:
+                    joined[node].pop(view["worker_pid"], None)
+            versions = {v for workers in joined.values() for v in workers.values()}
+            if len(versions) == 1 and all(len(joined[n]) >= views[n]["workers"] for n in views):
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the nodes did not converge on one ring in {timeout:.0f} s: {views}")
-            time.sleep(0.1)
+                raise RuntimeError(f"the nodes' workers did not converge on one ring in {timeout:.0f} s: {joined} {views}")
+            time.sleep(0.05)
 
     # -- nodes ------------------------------------------------------------------------------------
 

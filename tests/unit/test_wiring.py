@@ -5,6 +5,7 @@ endpoints from the running node's typed queries."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,7 @@ def test_the_app_serves_admin_answers_from_the_running_node(tmp_path: Path, even
     assert list(stats["cache"]["l1"]) == ["capacity_bytes", "used_bytes", "hits", "misses", "evictions", "corrupt"]
     assert answers["where"] == {"owners": ["n1"], "etag": None, "held": {}}
     assert answers["cluster"]["node_id"] == "n1"
+    assert (answers["cluster"]["worker_pid"], answers["cluster"]["workers"]) == (os.getpid(), 1)  # this one, of one
     assert "lakegate_l2_capacity_bytes" in answers["metrics"] and "lakegate_cluster_members_live 1.0" in answers["metrics"]
     with pytest.raises(RuntimeError, match="lifespan"):
         app.node  # noqa: B018 - the node is gone with the lifespan
