@@ -1,7 +1,8 @@
 """S3 endpoints and who calls them: an endpoint with its keys, the tenants the tests and
 benchmarks write into a gateway's tenants file, the admin credential every gateway the harness
 starts is given (and the one signed GET of an admin endpoint), the conformance suite's targets
-(with boto3 clients), and uniquely named buckets that are emptied and deleted afterwards.
+(with boto3 clients), uniquely named buckets that are emptied and deleted afterwards, and a
+counter incremented by compare and swap (a table format's commit, for the conditional-write races).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import json
 import ssl
 import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
 
 from gateway import tenants as gateway_tenants
 
@@ -163,3 +165,26 @@ def empty_and_delete_bucket(s3: Any, bucket: str) -> None:
         for obj in page.get("Contents", []):
             s3.delete_object(Bucket=bucket, Key=obj["Key"])
     s3.delete_bucket(Bucket=bucket)
+
+
+def increment_by_swap(s3: Any, bucket: str, key: str, times: int, attempts: int,
+                      lost: Callable[[ClientError], bool]) -> int:
+    """Increment the integer object ``key`` ``times`` times, each by a GET then a PUT with
+    If-Match its ETag, again while the PUT fails as ``lost`` says a lost race does (any other
+    error is raised); AssertionError after ``attempts`` tries of one increment. Returns how many
+    PUTs lost."""
+    retried = 0
+    for _ in range(times):
+        for _ in range(attempts):
+            got = s3.get_object(Bucket=bucket, Key=key)
+            value = int(got["Body"].read())
+            try:
+                s3.put_object(Bucket=bucket, Key=key, Body=str(value + 1).encode(), IfMatch=got["ETag"])
+                break
+            except ClientError as error:
+                if not lost(error):
+                    raise
+                retried += 1
+        else:
+            raise AssertionError(f"no swap of {key} in {attempts} attempts (a stale ETag from a cache?)")
+    return retried

@@ -7,10 +7,10 @@ acknowledged is what every node then reads, and no increment is lost. A create (
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from botocore.exceptions import ClientError
 from harness.cluster import LocalCluster
+from harness.endpoints import increment_by_swap
 
 INCREMENTS = 6  # each node's writer
 ATTEMPTS = 200  # a writer's bound: a stale ETag served by a cache would retry until it expired
@@ -28,21 +28,7 @@ def test_compare_and_swap_through_every_node_loses_no_increment(cluster: LocalCl
         assert cluster.client(node_id).get_object(Bucket=bucket, Key="counter")["Body"].read() == b"0"
 
     def writer(node_id: str) -> int:
-        s3 = cluster.client(node_id, retries=False)
-        retried = 0
-        for _ in range(INCREMENTS):
-            for _ in range(ATTEMPTS):
-                got = s3.get_object(Bucket=bucket, Key="counter")
-                value = int(got["Body"].read())
-                try:
-                    s3.put_object(Bucket=bucket, Key="counter", Body=str(value + 1).encode(), IfMatch=got["ETag"])
-                    break
-                except ClientError as error:
-                    assert lost(error), error.response
-                    retried += 1
-            else:
-                raise AssertionError(f"{node_id}: no swap in {ATTEMPTS} attempts (a stale ETag from the cache?)")
-        return retried
+        return increment_by_swap(cluster.client(node_id, retries=False), bucket, "counter", INCREMENTS, ATTEMPTS, lost)
 
     with ThreadPoolExecutor(len(cluster.node_ids)) as pool:
         retried = sum(pool.map(writer, cluster.node_ids))

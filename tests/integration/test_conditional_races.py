@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from harness.endpoints import ALICE, Target, unique_bucket_name
+from harness.endpoints import ALICE, Target, increment_by_swap, unique_bucket_name
 from harness.gateway import Gateway
 
 WRITERS = 6
@@ -72,22 +72,8 @@ def test_racing_creates_have_one_winner_and_compare_and_swap_loses_no_increment(
 
         def increment(_: int) -> int:
             client = fresh_client(node)
-            conflicts = 0
             try:
-                for _ in range(INCREMENTS):
-                    for _ in range(ATTEMPTS):
-                        got = client.get_object(Bucket=bucket, Key="counter")
-                        value = int(got["Body"].read())
-                        try:
-                            client.put_object(Bucket=bucket, Key="counter", Body=str(value + 1).encode(),
-                                              IfMatch=got["ETag"])
-                            break
-                        except ClientError as error:
-                            assert lost(error, node), error.response
-                            conflicts += 1
-                    else:
-                        raise AssertionError(f"no swap in {ATTEMPTS} attempts")
-                return conflicts
+                return increment_by_swap(client, bucket, "counter", INCREMENTS, ATTEMPTS, lambda e: lost(e, node))
             finally:
                 client.close()
 
